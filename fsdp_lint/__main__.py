@@ -1,0 +1,5 @@
+import sys
+
+from fsdp_lint.cli import main
+
+sys.exit(main())

@@ -1,0 +1,114 @@
+"""Building edited libcst nodes for fixes: set or drop a call's keyword argument.
+
+Edits keep the call's own layout: a multi-line call gets the new argument on a line of
+its own with the same indentation, comments stay beside the argument they annotate,
+and a trailing comma stays a trailing comma.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+
+def _cst():
+    import libcst  # loaded by the engine before any rule runs; keeps start-up light
+
+    return libcst
+
+
+def _value(code: str) -> "cst.BaseExpression":
+    return _cst().parse_expression(code)
+
+
+def set_keyword(call: "cst.Call", keyword: str, value_code: str, position: Optional[int] = None) -> "cst.Call":
+    """Return ``call`` with ``keyword=value_code``.
+
+    ``position`` is the argument's index when it was passed positionally: the value is
+    replaced in place.  An existing keyword argument has its value replaced.
+    """
+    args = list(call.args)
+    for index, arg in enumerate(args):
+        if (arg.keyword is not None and arg.keyword.value == keyword) or (
+            position is not None and index == position and arg.keyword is None
+        ):
+            args[index] = arg.with_changes(value=_value(value_code))
+            return call.with_changes(args=args)
+    return call.with_changes(args=_append(args, call, keyword, value_code))
+
+
+def _append(args, call: "cst.Call", keyword: str, value_code: str):
+    cst = _cst()
+    new_arg = cst.Arg(
+        keyword=cst.Name(keyword),
+        value=_value(value_code),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+    if not args:
+        return [new_arg]
+    last = args[-1]
+    comma = last.comma
+    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        # One argument per line with a trailing comma: the new argument gets its own line.
+        closing = comma.whitespace_after
+        inner = _inner_separator(args, call)
+        last = last.with_changes(
+            comma=comma.with_changes(
+                whitespace_after=closing.with_changes(
+                    last_line=inner.last_line, indent=inner.indent
+                )
+            )
+        )
+        new_arg = new_arg.with_changes(
+            comma=cst.Comma(
+                whitespace_before=cst.SimpleWhitespace(""),
+                whitespace_after=cst.ParenthesizedWhitespace(
+                    first_line=cst.TrailingWhitespace(),
+                    empty_lines=[],
+                    indent=closing.indent,
+                    last_line=closing.last_line,
+                ),
+            )
+        )
+        return [*args[:-1], last, new_arg]
+    if isinstance(comma, cst.Comma):
+        # ``f(a, b,)`` on one line: keep the trailing comma after the new argument.
+        last = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        new_arg = new_arg.with_changes(comma=comma.with_changes(whitespace_before=cst.SimpleWhitespace("")))
+        return [*args[:-1], last, new_arg]
+    # No trailing comma: ``f(a)`` -> ``f(a, kw=v)``; what followed the last argument
+    # (a newline before the parenthesis, a comment) now follows the new one.
+    new_arg = new_arg.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+    last = last.with_changes(
+        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+        whitespace_after_arg=cst.SimpleWhitespace(""),
+    )
+    return [*args[:-1], last, new_arg]
+
+
+def _inner_separator(args, call: "cst.Call") -> "cst.ParenthesizedWhitespace":
+    cst = _cst()
+    for arg in reversed(args[:-1]):
+        ws = arg.comma.whitespace_after if isinstance(arg.comma, cst.Comma) else None
+        if isinstance(ws, cst.ParenthesizedWhitespace):
+            return ws
+    ws = call.whitespace_before_args
+    if isinstance(ws, cst.ParenthesizedWhitespace):
+        return ws
+    last_ws = args[-1].comma.whitespace_after
+    return last_ws
+
+
+def remove_argument(call: "cst.Call", index: int) -> "cst.Call":
+    """Drop argument ``index``, keeping the separators of the others intact."""
+    args = list(call.args)
+    removed = args.pop(index)
+    if args and index == len(args):
+        # Removed the last argument: the new last one takes over its comma (or lack of one).
+        prev = args[-1]
+        args[-1] = prev.with_changes(comma=removed.comma, whitespace_after_arg=removed.whitespace_after_arg)
+    return call.with_changes(args=args)

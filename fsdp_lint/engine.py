@@ -1,0 +1,191 @@
+"""Linting one file's text: pre-filter, one libcst parse, one traversal, all rules.
+
+    text -> markers pre-filter -> libcst parse -> facts.index (one traversal)
+         -> each rule's check (queries the shared facts) -> positions (only when a
+         rule reported something) -> suppression -> diagnostics
+
+Fixes are turned into minimal text edits here; applying them is ``fixer``'s job.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Type
+
+from fsdp_lint.diagnostics import Diagnostic, Edit, Fix, Location
+from fsdp_lint.noqa import Suppressions
+from fsdp_lint.rules.base import Reporter, Rule
+from fsdp_lint.source import line_starts
+
+SYNTAX_ERROR = ("FSD900", "syntax-error")
+INTERNAL_ERROR = ("FSD901", "internal-error")
+IO_ERROR = ("FSD902", "io-error")
+REPORT_URL = "https://github.com/fsdp-lint/fsdp-lint/issues"
+
+
+@dataclass
+class LintResult:
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+    parsed: bool = False  # libcst parsed the text (False: skipped or a syntax error)
+
+
+def error_diagnostic(kind, filename: str, message: str, row: int = 1, column: int = 1) -> Diagnostic:
+    code, name = kind
+    loc = Location(row, column)
+    return Diagnostic(code, name, message, filename, loc, loc, statement_rows=(row, row))
+
+
+def wanted_rules(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
+    return [rule for rule in rules if rule.wanted(text)]
+
+
+def _parse(text: str, filename: str):
+    import libcst as cst  # imported only when a file gets this far
+
+    try:
+        return cst.parse_module(text), None
+    except cst.ParserSyntaxError as exc:
+        row, column = exc.raw_line, exc.raw_column + 1
+        message = f"syntax error, file not checked: {exc.message}"
+        return None, error_diagnostic(SYNTAX_ERROR, filename, message, row, column)
+    except RecursionError:
+        return None, error_diagnostic(
+            SYNTAX_ERROR, filename, "file too deeply nested for the parser, file not checked"
+        )
+    except Exception as exc:  # noqa: BLE001 - libcst's own limits (e.g. unsupported syntax)
+        return None, error_diagnostic(
+            SYNTAX_ERROR, filename, f"libcst cannot parse this file ({type(exc).__name__}: {exc})"
+        )
+
+
+class _Positions:
+    """libcst positions, resolved once and only when a rule reports something."""
+
+    def __init__(self, module):
+        self._module = module
+        self._map = None
+
+    def __call__(self, node):
+        if self._map is None:
+            from libcst.metadata import MetadataWrapper, PositionProvider
+
+            wrapper = MetadataWrapper(self._module, unsafe_skip_copy=True)
+            self._map = wrapper.resolve(PositionProvider)
+        return self._map[node]
+
+
+def _fix_edits(module, positions, starts, text, proposal) -> Optional[Fix]:
+    old_code = module.code_for_node(proposal.old)
+    new_code = module.code_for_node(proposal.new)
+    rng = positions(proposal.old)
+    begin = starts[rng.start.line - 1] + rng.start.column
+    end = starts[rng.end.line - 1] + rng.end.column
+    if text[begin:end] != old_code:
+        return None  # positions disagree with the text: never risk a wrong edit
+    prefix = 0
+    limit = min(len(old_code), len(new_code))
+    while prefix < limit and old_code[prefix] == new_code[prefix]:
+        prefix += 1
+    suffix = 0
+    while (
+        suffix < limit - prefix
+        and old_code[len(old_code) - 1 - suffix] == new_code[len(new_code) - 1 - suffix]
+    ):
+        suffix += 1
+    edit_start, edit_end = begin + prefix, end - suffix
+    content = new_code[prefix : len(new_code) - suffix]
+    return Fix(
+        proposal.applicability,
+        proposal.message,
+        (
+            Edit(
+                content,
+                _location(starts, edit_start),
+                _location(starts, edit_end),
+                edit_start,
+                edit_end,
+            ),
+        ),
+    )
+
+
+def _location(starts: List[int], offset: int) -> Location:
+    import bisect
+
+    row = bisect.bisect_right(starts, offset)
+    return Location(row, offset - starts[row - 1] + 1)
+
+
+def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResult:
+    result = LintResult()
+    active = wanted_rules(text, rules)
+    if not active:
+        return result
+    module, error = _parse(text, filename)
+    if error is not None:
+        result.diagnostics.append(error)
+        return result
+    result.parsed = True
+    from fsdp_lint.facts.index import index_module
+
+    try:
+        facts = index_module(module)
+    except RecursionError:
+        result.diagnostics.append(
+            error_diagnostic(SYNTAX_ERROR, filename, "file too deeply nested to analyse, file not checked")
+        )
+        return result
+    positions = _Positions(module)
+    reporter = Reporter(positions)
+    owners = []
+    for rule in active:
+        before = len(reporter.findings)
+        try:
+            rule().check(facts, reporter)
+        except Exception as exc:  # noqa: BLE001 - one rule's bug must not hide the others
+            del reporter.findings[before:]
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            result.diagnostics.append(
+                error_diagnostic(
+                    INTERNAL_ERROR,
+                    filename,
+                    f"internal error in rule {rule.code} ({rule.name}): {type(exc).__name__}: {exc} "
+                    f"at {where.filename}:{where.lineno}; please report it at {REPORT_URL}",
+                )
+            )
+            continue
+        owners.extend([rule] * (len(reporter.findings) - before))
+    if not reporter.findings:
+        return result
+    starts = line_starts(text)
+    suppressions = Suppressions(text)
+    for rule, (node, message, proposal, statement) in zip(owners, reporter.findings):
+        rng = positions(node)
+        first = rng.start.line
+        last = rng.end.line
+        if statement is not None:
+            srng = positions(statement)
+            first = min(first, srng.start.line)
+            import libcst as cst
+
+            if isinstance(statement, cst.SimpleStatementLine):
+                last = max(last, srng.end.line)
+        if suppressions.suppresses(rule.code, rule.name, first, last):
+            continue
+        fix = _fix_edits(module, positions, starts, text, proposal) if proposal else None
+        result.diagnostics.append(
+            Diagnostic(
+                code=rule.code,
+                name=rule.name,
+                message=message,
+                filename=filename,
+                location=Location(rng.start.line, rng.start.column + 1),
+                end_location=Location(rng.end.line, rng.end.column + 1),
+                fix=fix,
+                url=rule.url(),
+                statement_rows=(first, last),
+            )
+        )
+    result.diagnostics.sort(key=Diagnostic.sort_key)
+    return result

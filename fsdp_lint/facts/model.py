@@ -1,0 +1,135 @@
+"""Records produced by the one traversal (``index``) and queried by the rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from typing import TYPE_CHECKING
+
+from fsdp_lint.facts.imports import ImportTable, dotted_name
+
+if TYPE_CHECKING:  # libcst is imported only once a file is parsed
+    import libcst as cst
+
+
+@dataclass(eq=False)
+class Loop:
+    node: cst.CSTNode  # For or While
+    steps: bool = False  # a backward()/step() call has this loop as its innermost loop
+
+
+@dataclass(eq=False)
+class Guard:
+    """An ``if`` between a statement and the enclosing loops of its function."""
+
+    node: cst.If
+    loop_depth: int  # how many loops enclose the if itself
+    periodic: bool  # the test uses ``%`` (``if step % every == 0``)
+    leaves_loop: bool  # the guarded branch ends with break/return/raise: runs at most once
+
+
+@dataclass(eq=False)
+class WithBlock:
+    node: cst.With
+    mutated: bool = False  # the body provably may modify parameters
+
+
+@dataclass(eq=False)
+class Context:
+    """Where a node sits: enclosing statement, function, class, loops, guards, with-blocks.
+
+    Loops, guards and with-blocks are those of the innermost function only: a nested
+    ``def`` inside a loop body does not run on every iteration.
+    """
+
+    statement: cst.CSTNode
+    function: Optional[cst.FunctionDef]
+    class_def: Optional[cst.ClassDef]
+    loops: Tuple[Loop, ...]
+    guards: Tuple[Guard, ...]
+    withs: Tuple[WithBlock, ...]
+
+
+@dataclass(eq=False)
+class CallSite:
+    node: cst.Call
+    ctx: Context
+    entered_by: Optional[WithBlock] = None  # the with-statement whose item is this call
+
+    @property
+    def func_dotted(self) -> Optional[str]:
+        return dotted_name(self.node.func)
+
+    @property
+    def attr(self) -> Optional[str]:
+        func = self.node.func
+        name = getattr(func, "attr", func)  # Attribute -> its Name; Name -> itself
+        value = getattr(name, "value", None)
+        return value if isinstance(value, str) else None
+
+
+@dataclass(eq=False)
+class Mutation:
+    node: cst.CSTNode
+    ctx: Context
+
+
+@dataclass(eq=False)
+class Binding:
+    """``target = value`` (target a dotted name: ``model``, ``self.model``)."""
+
+    target: str
+    value: cst.BaseExpression
+    ctx: Context
+
+
+@dataclass
+class ModuleFacts:
+    module: cst.Module
+    imports: ImportTable
+    calls: List[CallSite] = field(default_factory=list)
+    mutations: List[Mutation] = field(default_factory=list)
+    bindings: List[Binding] = field(default_factory=list)
+    annotated: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
+    _cache: Dict[str, object] = field(default_factory=dict)
+
+    def cached(self, key, compute):
+        """Derived facts (FSDP instances, offload) are computed on first use, then shared."""
+        if key not in self._cache:
+            self._cache[key] = compute(self)
+        return self._cache[key]
+
+    def qualname(self, expr) -> Optional[str]:
+        return self.imports.qualname(expr)
+
+    # -- derived facts, shared by all rules ----------------------------------------
+    def summons(self):
+        """Every torch ``summon_full_params`` call (``facts.summon``)."""
+        from fsdp_lint.facts.summon import summon_calls
+
+        return summon_calls(self)
+
+    def fsdp_modules(self):
+        """FSDP constructions and the names holding wrapped modules (``facts.fsdp_modules``)."""
+        from fsdp_lint.facts.fsdp_modules import fsdp_modules
+
+        return fsdp_modules(self)
+
+    def cpu_param_evidence(self):
+        """Where the module keeps FSDP parameters on the CPU (``facts.offload``)."""
+        from fsdp_lint.facts.offload import cpu_param_evidence
+
+        return cpu_param_evidence(self)
+
+    @staticmethod
+    def per_step_loop(ctx: Context):
+        """The training loop that runs ``ctx`` on every step, if any (``facts.loops``)."""
+        from fsdp_lint.facts.loops import per_step_loop
+
+        return per_step_loop(ctx)
+
+    def single_value(self, name: str) -> Optional[cst.BaseExpression]:
+        """The value of a name assigned exactly once in the module (constants, configs)."""
+        values = [b.value for b in self.bindings if b.target == name]
+        return values[0] if len(values) == 1 else None

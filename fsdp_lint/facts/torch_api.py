@@ -1,0 +1,55 @@
+"""Qualified names of the torch APIs the rules recognise (no torch import: plain strings)."""
+
+FSDP_PACKAGE = "torch.distributed.fsdp"
+
+FSDP_CLASS = frozenset(
+    {
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+    }
+)
+FULLY_SHARD = frozenset(
+    {
+        "torch.distributed.fsdp.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard.fully_shard",
+        "torch.distributed.fsdp._fully_shard.fully_shard",
+        "torch.distributed.fsdp._fully_shard._fully_shard.fully_shard",
+    }
+)
+CPU_OFFLOAD = frozenset(
+    {
+        "torch.distributed.fsdp.CPUOffload",
+        "torch.distributed.fsdp.api.CPUOffload",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.CPUOffload",
+    }
+)
+CPU_OFFLOAD_POLICY = frozenset(
+    {
+        "torch.distributed.fsdp.CPUOffloadPolicy",
+        "torch.distributed._composable.fsdp.CPUOffloadPolicy",
+        "torch.distributed.fsdp._fully_shard.CPUOffloadPolicy",
+        "torch.distributed.fsdp._fully_shard._fsdp_api.CPUOffloadPolicy",
+    }
+)
+TORCH_DEVICE = frozenset({"torch.device"})
+
+SUMMON = "summon_full_params"
+# summon_full_params(module, recurse=True, writeback=True, rank0_only=False,
+#                    offload_to_cpu=False, with_grads=False)   (a staticmethod)
+SUMMON_PARAMS = ("module", "recurse", "writeback", "rank0_only", "offload_to_cpu", "with_grads")
+SUMMON_DEFAULTS = {
+    "recurse": True,
+    "writeback": True,
+    "rank0_only": False,
+    "offload_to_cpu": False,
+    "with_grads": False,
+}
+
+
+def is_fsdp_class(qualname):
+    return qualname in FSDP_CLASS
+
+
+def is_summon_qualname(qualname):
+    return qualname is not None and any(qualname == f"{cls}.{SUMMON}" for cls in FSDP_CLASS)

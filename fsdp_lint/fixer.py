@@ -1,0 +1,86 @@
+"""Applying fixes to a file's text: non-overlapping edits, re-parse, re-lint, repeat.
+
+The loop is bounded; a result that libcst cannot parse is never kept (the text stays as
+it was before that round and the file gets a diagnostic).  Suppressed findings never
+reach this module, so suppressed lines are never touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Sequence, Type
+
+from fsdp_lint.diagnostics import SAFE, Diagnostic, Edit
+from fsdp_lint.engine import INTERNAL_ERROR, LintResult, error_diagnostic, lint_text
+from fsdp_lint.rules.base import Rule
+
+MAX_ROUNDS = 10
+
+
+@dataclass
+class FixOutcome:
+    text: str
+    applied: int = 0
+    diagnostics: List[Diagnostic] = field(default_factory=list)  # what remains
+
+
+def applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
+    fix = diagnostic.fix
+    return fix is not None and (fix.applicability == SAFE or unsafe)
+
+
+def apply_edits(text: str, edits: Sequence[Edit]) -> str:
+    for edit in sorted(edits, key=lambda e: e.start_offset, reverse=True):
+        text = text[: edit.start_offset] + edit.content + text[edit.end_offset :]
+    return text
+
+
+def _non_overlapping(diagnostics: Sequence[Diagnostic], unsafe: bool) -> List[Edit]:
+    chosen: List[Edit] = []
+    taken: List[tuple] = []
+    for diagnostic in diagnostics:
+        if not applicable(diagnostic, unsafe):
+            continue
+        spans = [(e.start_offset, e.end_offset) for e in diagnostic.fix.edits]
+        if any(s <= te and ts <= e for s, e in spans for ts, te in taken):
+            continue  # overlaps (or touches) an edit already chosen: next round
+        taken.extend(spans)
+        chosen.extend(diagnostic.fix.edits)
+    return chosen
+
+
+def _parses(text: str) -> bool:
+    import libcst as cst
+
+    try:
+        cst.parse_module(text)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def fix_text(text: str, filename: str, rules: Sequence[Type[Rule]], unsafe: bool = False) -> FixOutcome:
+    outcome = FixOutcome(text)
+    result: LintResult = lint_text(text, filename, rules)
+    for _ in range(MAX_ROUNDS):
+        edits = _non_overlapping(result.diagnostics, unsafe)
+        if not edits:
+            break
+        candidate = apply_edits(outcome.text, edits)
+        if candidate == outcome.text:
+            break
+        if not _parses(candidate):
+            result.diagnostics.append(
+                error_diagnostic(
+                    INTERNAL_ERROR,
+                    filename,
+                    "a fix produced code that does not parse; the file was left unchanged "
+                    "by that fix; please report it",
+                )
+            )
+            break
+        outcome.text = candidate
+        outcome.applied += len(edits)
+        result = lint_text(candidate, filename, rules)
+    outcome.diagnostics = result.diagnostics
+    return outcome

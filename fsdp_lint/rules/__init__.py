@@ -1,0 +1,49 @@
+"""All rules, one module each; ``ALL_RULES`` is the registry, in code order."""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Sequence, Type
+
+from fsdp_lint.rules.base import Rule
+from fsdp_lint.rules.fsd001_summon_writeback_with_cpu_offload import SummonWritebackWithCpuOffload
+from fsdp_lint.rules.fsd002_summon_in_training_loop import SummonInTrainingLoop
+
+ALL_RULES: List[Type[Rule]] = sorted(
+    [SummonWritebackWithCpuOffload, SummonInTrainingLoop],
+    key=lambda rule: rule.code,
+)
+BY_CODE: Dict[str, Type[Rule]] = {rule.code: rule for rule in ALL_RULES}
+BY_NAME: Dict[str, Type[Rule]] = {rule.name: rule for rule in ALL_RULES}
+
+
+class UnknownRuleError(ValueError):
+    pass
+
+
+def lookup(code_or_name: str) -> Type[Rule]:
+    key = code_or_name.strip()
+    rule = BY_CODE.get(key.upper()) or BY_NAME.get(key.lower())
+    if rule is None:
+        raise UnknownRuleError(f"unknown rule {code_or_name!r}")
+    return rule
+
+
+def matching(selector: str) -> List[Type[Rule]]:
+    """Rules matched by a code, a code prefix (``FSD``, ``FSD00``), a name or ``ALL``."""
+    key = selector.strip()
+    if key.upper() == "ALL":
+        return list(ALL_RULES)
+    if key.lower() in BY_NAME:
+        return [BY_NAME[key.lower()]]
+    hits = [rule for rule in ALL_RULES if rule.code.startswith(key.upper())]
+    if not hits or not key.upper().startswith("FSD"):
+        raise UnknownRuleError(f"unknown rule selector {selector!r}")
+    return hits
+
+
+def select_rules(select: Sequence[str] = (), ignore: Iterable[str] = ()) -> List[Type[Rule]]:
+    chosen = {rule.code: rule for sel in (select or ["ALL"]) for rule in matching(sel)}
+    for sel in ignore:
+        for rule in matching(sel):
+            chosen.pop(rule.code, None)
+    return [chosen[code] for code in sorted(chosen)]

@@ -1,0 +1,88 @@
+"""The Rule base class: a rule's identity, documentation, examples and check.
+
+Every rule lives in its own module under ``fsdp_lint/rules/`` and carries:
+- ``code`` (``FSD`` + 3 digits) and a kebab-case ``name``, accepted wherever a code is;
+- ``doc``: ruff's sections (What it does / Why is this bad? / Example / Use instead /
+  Fix safety / References); the code blocks under Example and Use instead are the
+  rule's examples, and the test suite checks they behave as documented;
+- ``markers``: a text pre-filter; a file is parsed for this rule only when, for every
+  group, it contains at least one of the group's strings;
+- ``hazard_fixed_in``: the torch version whose runtime no longer shows the hazard;
+- ``scenario``: the runtime verifier's scenario (``fsdp_lint/scenarios/``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ClassVar, List, Optional, Tuple
+
+if TYPE_CHECKING:  # rule metadata must load without libcst (fast start-up)
+    import libcst as cst
+
+    from fsdp_lint.facts.model import ModuleFacts
+
+FIX_ALWAYS = "always"
+FIX_SOMETIMES = "sometimes"
+FIX_NEVER = "never"
+
+DOCS_URL = "https://github.com/fsdp-lint/fsdp-lint/blob/main/docs/rules/{code}.md"
+
+
+@dataclass
+class FixProposal:
+    """Replace ``old`` (a node of the parsed module) with ``new``."""
+
+    applicability: str  # "safe" or "unsafe"
+    message: str
+    old: cst.CSTNode
+    new: cst.CSTNode
+
+
+class Reporter:
+    """Handed to ``Rule.check``; collects findings and answers position questions."""
+
+    def __init__(self, positions: Callable[[cst.CSTNode], object]):
+        self._positions = positions
+        self.findings: List[Tuple[cst.CSTNode, str, Optional[FixProposal], Optional[cst.CSTNode]]] = []
+
+    def __call__(self, node, message, fix=None, statement=None):
+        self.findings.append((node, message, fix, statement))
+
+    def row(self, node: cst.CSTNode) -> int:
+        return self._positions(node).start.line
+
+
+_CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    fix_availability: ClassVar[str] = FIX_NEVER
+    markers: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
+    hazard_fixed_in: ClassVar[Optional[str]] = None
+    doc: ClassVar[str] = ""
+    scenario: ClassVar[Optional[str]] = None
+
+    def check(self, facts: ModuleFacts, report: Reporter) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    # -- documentation --------------------------------------------------------------
+    @classmethod
+    def url(cls) -> str:
+        return DOCS_URL.format(code=cls.code)
+
+    @classmethod
+    def section(cls, title: str) -> str:
+        match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", cls.doc, re.S | re.M)
+        return match.group(1).strip() if match else ""
+
+    @classmethod
+    def examples(cls, title: str) -> List[str]:
+        return [block for block in _CODE_BLOCK.findall(cls.section(title))]
+
+    @classmethod
+    def wanted(cls, text: str) -> bool:
+        return all(any(marker in text for marker in group) for group in cls.markers)

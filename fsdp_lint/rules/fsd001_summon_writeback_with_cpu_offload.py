@@ -1,0 +1,106 @@
+"""FSD001 summon-writeback-with-cpu-offload."""
+
+from __future__ import annotations
+
+from fsdp_lint.diagnostics import SAFE, UNSAFE
+from fsdp_lint.edits import set_keyword
+from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
+
+
+class SummonWritebackWithCpuOffload(Rule):
+    code = "FSD001"
+    name = "summon-writeback-with-cpu-offload"
+    summary = (
+        "`summon_full_params` without `writeback=False` in a module that keeps FSDP "
+        "parameters on the CPU"
+    )
+    fix_availability = FIX_SOMETIMES
+    markers = (("summon_full_params",), ("CPUOffload", "cpu"))
+    hazard_fixed_in = "2.14.1"
+    scenario = "fsd001_summon_writeback_with_cpu_offload"
+    doc = """\
+## What it does
+Checks for `FullyShardedDataParallel.summon_full_params(...)` calls (class or instance
+form, any import alias) that leave `writeback` at its default `True` (or pass a literal
+`True`) in a module that keeps FSDP parameters on the CPU: `CPUOffload(offload_params=True)`,
+FSDP2 `CPUOffloadPolicy(...)`, or FSDP placed on the CPU device
+(`device_id=torch.device("cpu")`). A non-literal `writeback` (a variable) is an explicit
+choice and is not flagged.
+
+## Why is this bad?
+With `writeback=True`, leaving the block copies this rank's slice of the full parameters
+back into the local shard: a write path for a block that usually only reads. When the
+parameters live on the CPU this path silently overwrote shards in pytorch/pytorch#188989:
+on torch 2.13.0, FSDP on the CPU device, `summon_full_params(m, offload_to_cpu=True)` with
+the default writeback overwrites the local shard with freed memory on exit, even when the
+block never touched a parameter (8 elements to 100 % of the shard, random per rank and run).
+`writeback=False` keeps the shard intact. Fixed in torch 2.14.1.
+
+Where it was *not* reproduced: on 2 GPUs with real `CPUOffload(offload_params=True)` (torch
+2.11, NCCL) every combination of `offload_to_cpu`, `writeback`, `rank0_only` and
+`use_orig_params` ran clean; there `writeback=False` only declares the block read-only
+(and skips the copy back). See the verifier table below.
+
+## Example
+```python
+from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel as FSDP
+
+model = FSDP(net, cpu_offload=CPUOffload(offload_params=True))
+with FSDP.summon_full_params(model):
+    for name, param in model.named_parameters():
+        print(name, param.norm())
+```
+
+## Use instead
+```python
+from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel as FSDP
+
+model = FSDP(net, cpu_offload=CPUOffload(offload_params=True))
+with FSDP.summon_full_params(model, writeback=False):
+    for name, param in model.named_parameters():
+        print(name, param.norm())
+```
+
+## Fix safety
+The fix adds `writeback=False` (or turns a literal `writeback=True` into `False`). It is
+safe when the `with` block that enters the call provably does not modify parameters: no
+in-place tensor method (`add_`, `copy_`, `zero_`, any `*_` call), no augmented, subscript
+or attribute assignment (`p.data = ...`, `p[0] = 1`, `p += 1`), no `load_state_dict`,
+`setattr` or `del`. Otherwise it is unsafe (the block's edits would be discarded) and is
+applied only with `--unsafe-fixes`. A summon that is not entered by a `with` statement
+(stored in a variable, `ExitStack.enter_context`) gets the unsafe fix: its block is unknown.
+
+## References
+- pytorch/pytorch#188989: `summon_full_params(offload_to_cpu=True)` with CPU-resident parameters
+- [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
+"""
+
+    def check(self, facts, report):
+        evidence = facts.cpu_param_evidence()
+        if not evidence:
+            return
+        where = f"{evidence[0].kind}, line {report.row(evidence[0].node)}"
+        for summon in facts.summons():
+            if summon.value("writeback") is not True:
+                continue
+            block = summon.site.entered_by
+            safe = block is not None and not block.mutated
+            position = None
+            arg = summon.args.get("writeback")
+            if arg is not None and arg.keyword is None:
+                position = list(summon.node.args).index(arg)
+            new = set_keyword(summon.node, "writeback", "False", position)
+            fix = FixProposal(
+                SAFE if safe else UNSAFE,
+                "Pass `writeback=False`",
+                summon.node,
+                new,
+            )
+            report(
+                summon.node,
+                "`summon_full_params` writes the full parameters back into the local shards on "
+                f"exit, and this module keeps FSDP parameters on the CPU ({where}); pass "
+                "`writeback=False` for a read-only block",
+                fix,
+                statement=summon.site.ctx.statement,
+            )

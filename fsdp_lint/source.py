@@ -1,0 +1,109 @@
+"""Reading source files as bytes and writing them back without loss.
+
+The encoding (PEP 263 cookie or UTF-8), a UTF-8 byte-order mark and the newline
+style are detected here and kept: the text the rules see round-trips to the
+exact bytes that were read.  Writes are atomic (temp file in the same folder,
+fsync, rename) and keep the file's mode; a file that changed on disk since it
+was read is never overwritten.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import re
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from typing import List
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+class SourceError(Exception):
+    """A file that cannot be read or decoded; carries a row for the diagnostic."""
+
+    def __init__(self, message: str, row: int = 1, column: int = 1):
+        super().__init__(message)
+        self.row = row
+        self.column = column
+
+
+@dataclass
+class SourceFile:
+    path: str
+    raw: bytes
+    text: str  # decoded, without BOM
+    encoding: str
+    bom: bool
+
+    def encode(self, text: str) -> bytes:
+        data = text.encode(self.encoding)
+        return codecs.BOM_UTF8 + data if self.bom else data
+
+
+def decode_source(raw: bytes, path: str = "<stdin>") -> SourceFile:
+    if b"\x00" in raw:
+        raise SourceError("binary file (contains NUL bytes), not Python source")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+    except SyntaxError as exc:
+        raise SourceError(f"bad encoding declaration: {exc}") from None
+    bom = raw.startswith(codecs.BOM_UTF8)
+    if encoding == "utf-8-sig":
+        encoding = "utf-8"
+    body = raw[len(codecs.BOM_UTF8):] if bom else raw
+    try:
+        text = body.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        row = 1
+        if isinstance(exc, UnicodeDecodeError):
+            row = body[: exc.start].count(b"\n") + 1
+        raise SourceError(f"cannot decode as {encoding}: {exc}", row=row) from None
+    return SourceFile(path=path, raw=raw, text=text, encoding=encoding, bom=bom)
+
+
+def read_source(path: str) -> SourceFile:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+    return decode_source(raw, path)
+
+
+def line_starts(text: str) -> List[int]:
+    """Offsets where each line starts; line breaks are \\n, \\r\\n and \\r, as libcst counts them."""
+    starts = [0]
+    for match in _NEWLINE.finditer(text):
+        starts.append(match.end())
+    return starts
+
+
+class FileChangedError(Exception):
+    pass
+
+
+def write_atomic(source: SourceFile, new_text: str) -> None:
+    """Write ``new_text`` over ``source.path`` atomically, unless the file changed since it was read."""
+    data = source.encode(new_text)
+    path = source.path
+    directory = os.path.dirname(os.path.abspath(path))
+    st = os.stat(path)
+    fd, tmp = tempfile.mkstemp(prefix=".fsdp-lint-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, st.st_mode & 0o7777)
+        with open(path, "rb") as handle:
+            current = handle.read()
+        if current != source.raw:
+            raise FileChangedError(f"{path} changed on disk while it was being fixed; not written")
+        os.replace(tmp, path)
+        tmp = None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
