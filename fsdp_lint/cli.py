@@ -34,6 +34,10 @@ def _check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--statistics", action="store_true", help="print a count per rule instead of each finding")
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     parser.add_argument("--format", default="text", help="output format: text or json")
+    parser.add_argument("--exclude", type=_codes, default=None, help="glob patterns of paths to skip")
+    parser.add_argument(
+        "--force-exclude", action="store_true", help="apply excludes to files named on the command line too"
+    )
     return parser
 
 
@@ -53,7 +57,7 @@ def _run_check(argv: Sequence[str]) -> int:
         print(f"fsdp-lint: error: {exc}", file=sys.stderr)
         return 2
     settings = Settings(rules=rules, fix=args.fix, unsafe_fixes=args.unsafe_fixes, diff=args.diff)
-    found = discover(args.paths or ["."])
+    found = discover(args.paths or ["."], excludes=args.exclude or (), force_exclude=args.force_exclude)
     from fsdp_lint.engine import IO_ERROR, error_diagnostic
 
     diagnostics = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]

@@ -1,0 +1,130 @@
+"""The check command end to end, as a separate process: output, exit codes, fixing."""
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import libcst
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+BAD = FIXTURES / "FSD001" / "fix" / "read_only.py"
+GOOD = FIXTURES / "FSD001" / "fix" / "read_only.fixed.py"
+
+
+def test_text_output_and_exit_code(cli, tmp_path):
+    target = tmp_path / "bad.py"
+    shutil.copy(BAD, target)
+    result = cli("check", target)
+    assert result.returncode == 1
+    lines = [line for line in result.stdout.splitlines() if ": FSD" in line]
+    assert len(lines) == 6
+    assert lines[0].startswith(f"{target}:4:6: FSD001 [*] `summon_full_params` writes")
+    assert "[*] 6 fixable with the `--fix` option." in result.stdout
+
+
+def test_default_command_is_check(cli, tmp_path):
+    target = tmp_path / "bad.py"
+    shutil.copy(BAD, target)
+    assert cli(target).stdout == cli("check", target).stdout
+
+
+def test_json_output(cli, tmp_path):
+    target = tmp_path / "bad.py"
+    shutil.copy(BAD, target)
+    data = json.loads(cli("check", "--format", "json", target).stdout)
+    first = data[0]
+    assert set(first) == {"code", "name", "message", "filename", "location", "end_location", "fix", "url"}
+    assert first["code"] == "FSD001" and first["name"] == "summon-writeback-with-cpu-offload"
+    assert first["location"] == {"row": 4, "column": 6}
+    assert first["end_location"] == {"row": 4, "column": 36}
+    assert first["fix"]["applicability"] == "safe"
+    assert first["fix"]["edits"] == [
+        {"content": ", writeback=False", "location": {"row": 4, "column": 35}, "end_location": {"row": 4, "column": 35}}
+    ]
+
+
+def test_fix_writes_safe_fixes_only_and_twice_equals_once(cli, tmp_path):
+    target = tmp_path / "bad.py"
+    shutil.copy(BAD, target)
+    os.chmod(target, 0o640)
+    first = cli("check", "--fix", target)
+    assert first.returncode == 0, first.stdout
+    assert target.read_text() == GOOD.read_text()
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640
+    second = cli("check", "--fix", target)
+    assert second.returncode == 0 and target.read_text() == GOOD.read_text()
+
+
+def test_unsafe_fixes_need_the_flag(cli, tmp_path):
+    source = FIXTURES / "FSD001" / "fix" / "mutating.py"
+    target = tmp_path / "m.py"
+    shutil.copy(source, target)
+    assert cli("check", "--fix", target).returncode == 1
+    assert target.read_text() == source.read_text()
+    assert cli("check", "--fix", "--unsafe-fixes", target).returncode == 0
+    assert target.read_text() == (FIXTURES / "FSD001" / "fix" / "mutating.unsafe.py").read_text()
+
+
+def test_diff_writes_nothing(cli, tmp_path):
+    target = tmp_path / "bad.py"
+    shutil.copy(BAD, target)
+    result = cli("check", "--diff", target)
+    assert result.returncode == 1
+    assert "+with FSDP.summon_full_params(model, writeback=False):  # only reads" in result.stdout
+    assert target.read_text() == BAD.read_text()
+
+
+def test_syntax_error_does_not_stop_other_files(cli, tmp_path):
+    (tmp_path / "a_broken.py").write_text("import torch\nsummon_full_params(\nCPUOffload\n")
+    shutil.copy(BAD, tmp_path / "b.py")
+    (tmp_path / "c_undecodable.py").write_bytes(b"# summon_full_params CPUOffload\nx = '\xff\xfe'\n")
+    result = cli("check", "--format", "json", tmp_path)
+    data = json.loads(result.stdout)
+    codes = {(Path(d["filename"]).name, d["code"]) for d in data}
+    assert ("a_broken.py", "FSD900") in codes
+    assert ("c_undecodable.py", "FSD902") in codes
+    assert ("b.py", "FSD001") in codes
+    broken = [d for d in data if d["code"] == "FSD900"][0]
+    assert broken["location"]["row"] >= 2 and "syntax error" in broken["message"]
+    assert result.returncode == 1
+
+
+def test_fix_keeps_encoding_bom_and_newlines(cli, tmp_path):
+    text = BAD.read_text().replace("# only reads", "# lit en ré")
+    crlf = tmp_path / "crlf.py"
+    crlf.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode("utf-8"))
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(("# -*- coding: latin-1 -*-\n" + text).encode("latin-1"))
+    assert cli("check", "--fix", crlf, latin).returncode == 0
+    fixed = GOOD.read_text().replace("# only reads", "# lit en ré")
+    assert crlf.read_bytes() == b"\xef\xbb\xbf" + fixed.replace("\n", "\r\n").encode("utf-8")
+    assert latin.read_bytes() == ("# -*- coding: latin-1 -*-\n" + fixed).encode("latin-1")
+
+
+def test_select_ignore_statistics_exit_zero(cli, tmp_path):
+    target = tmp_path / "bad.py"
+    shutil.copy(FIXTURES / "FSD002" / "fires" / "training_loops.py", target)
+    assert cli("check", "--select", "FSD001", target).returncode == 0
+    assert cli("check", "--ignore", "summon-in-training-loop", target).returncode == 0
+    stats = cli("check", "--statistics", target)
+    assert stats.stdout.split() == ["5", "FSD002", "summon-in-training-loop"]
+    assert cli("check", "--exit-zero", target).returncode == 0
+    assert cli("check", "--select", "NOPE", target).returncode == 2
+
+
+def test_directory_walk_skips_venv_and_gitignored(cli, tmp_path):
+    for sub in ("pkg", ".venv/lib", "ignored"):
+        (tmp_path / sub).mkdir(parents=True)
+        shutil.copy(BAD, tmp_path / sub / "m.py")
+    (tmp_path / ".gitignore").write_text("ignored/\n")
+    data = json.loads(cli("check", "--format", "json", ".", cwd=tmp_path).stdout)
+    assert {d["filename"] for d in data} == {os.path.join("pkg", "m.py")}
+
+
+def test_fixed_output_always_parses(tmp_path):
+    from tests.helpers import fix
+
+    for path in FIXTURES.rglob("*.py"):
+        libcst.parse_module(fix(path.read_text(), unsafe=True))

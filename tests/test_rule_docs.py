@@ -1,0 +1,66 @@
+"""Each rule's documentation: ruff's sections, examples that behave as documented, the
+``rule``/``rules`` commands and the README's rule table."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fsdp_lint.rules import ALL_RULES, lookup, select_rules
+from tests.helpers import lint
+
+SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "References")
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_doc_has_ruff_sections(rule):
+    assert re.fullmatch(r"FSD\d{3}", rule.code)
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)+", rule.name)
+    for title in SECTIONS:
+        assert rule.section(title), f"{rule.code} lacks '## {title}'"
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_examples_behave_as_documented(rule):
+    bad = rule.examples("Example")
+    good = rule.examples("Use instead")
+    assert bad and good
+    for code in bad:
+        assert rule.code in {d.code for d in lint(code)}, code
+    for code in good:
+        assert rule.code not in {d.code for d in lint(code)}, code
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_rule_command_prints_doc_by_code_and_name(rule, cli):
+    by_code = cli("rule", rule.code)
+    by_name = cli("rule", rule.name)
+    assert by_code.returncode == 0 and by_code.stdout == by_name.stdout
+    assert "## Why is this bad?" in by_code.stdout and rule.name in by_code.stdout
+
+
+def test_rule_command_unknown(cli):
+    result = cli("rule", "FSD999")
+    assert result.returncode == 2 and "unknown rule" in result.stderr
+
+
+def test_rules_json(cli):
+    data = json.loads(cli("rules", "--format", "json").stdout)
+    assert [d["code"] for d in data] == [r.code for r in ALL_RULES]
+    assert {"code", "name", "summary", "fix"} <= set(data[0])
+
+
+def test_readme_rule_table_lists_every_rule():
+    text = README.read_text()
+    for rule in ALL_RULES:
+        assert re.search(rf"\|\s*{rule.code}\s*\|\s*`{rule.name}`\s*\|", text), rule.code
+
+
+def test_selectors_accept_codes_prefixes_names():
+    assert [r.code for r in select_rules(["FSD001"])] == ["FSD001"]
+    assert [r.code for r in select_rules(["summon-in-training-loop"])] == ["FSD002"]
+    assert len(select_rules(["FSD"])) == len(ALL_RULES)
+    assert "FSD001" not in [r.code for r in select_rules(["ALL"], ["FSD001"])]
+    assert lookup("fsd001") is lookup("summon-writeback-with-cpu-offload")
