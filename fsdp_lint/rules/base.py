@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # rule metadata must load without libcst (fast start-up)
     import libcst as cst
 
     from fsdp_lint.facts.model import ModuleFacts
+    from fsdp_lint.verify.scenario import Scenario
 
 FIX_ALWAYS = "always"
 FIX_SOMETIMES = "sometimes"
@@ -64,7 +65,7 @@ class Rule:
     markers: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
     hazard_fixed_in: ClassVar[Optional[str]] = None
     doc: ClassVar[str] = ""
-    scenario: ClassVar[Optional[str]] = None
+    scenario: ClassVar[Optional["Scenario"]] = None
 
     def check(self, facts: ModuleFacts, report: Reporter) -> None:  # pragma: no cover
         raise NotImplementedError

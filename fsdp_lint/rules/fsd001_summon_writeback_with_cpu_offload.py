@@ -5,6 +5,7 @@ from __future__ import annotations
 from fsdp_lint.diagnostics import SAFE, UNSAFE
 from fsdp_lint.edits import set_keyword
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
+from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonWritebackWithCpuOffload(Rule):
@@ -17,7 +18,10 @@ class SummonWritebackWithCpuOffload(Rule):
     fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params",), ("CPUOffload", "cpu"))
     hazard_fixed_in = "2.14.1"
-    scenario = "fsd001_summon_writeback_with_cpu_offload"
+    scenario = Scenario(
+        program="fsd001_summon_writeback_with_cpu_offload.py",
+        hazard="the local shard differs after a read-only summon block (compared element-wise)",
+    )
     doc = """\
 ## What it does
 Checks for `FullyShardedDataParallel.summon_full_params(...)` calls (class or instance

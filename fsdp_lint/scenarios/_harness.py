@@ -1,0 +1,52 @@
+"""Plumbing shared by the scenario programs (runs inside each torchrun rank).
+
+Environment set by the verifier: FSDP_LINT_BACKEND (gloo|nccl), FSDP_LINT_DEVICE
+(cpu|cuda), FSDP_LINT_RESULT_DIR (where ``report`` writes ``rank<N>.json``).
+"""
+
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def init():
+    """Start the process group; return (rank, world_size, device_kind, local_rank)."""
+    backend = os.environ.get("FSDP_LINT_BACKEND", "gloo")
+    device = os.environ.get("FSDP_LINT_DEVICE", "cpu")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend)
+    torch.manual_seed(0)
+    return dist.get_rank(), dist.get_world_size(), device, local_rank
+
+
+def mlp(width=64, depth=3):
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers)
+
+
+def report(**data):
+    """Write this rank's measurements for the verifier's judge."""
+    folder = os.environ.get("FSDP_LINT_RESULT_DIR")
+    data.setdefault("torch", torch.__version__)
+    if folder:
+        path = os.path.join(folder, f"rank{dist.get_rank()}.json")
+        with open(path, "w") as handle:
+            json.dump(data, handle)
+    print("REPORT", json.dumps(data), flush=True)
+
+
+def finish():
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def median(values):
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]

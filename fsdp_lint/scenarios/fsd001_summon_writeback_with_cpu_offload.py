@@ -1,0 +1,45 @@
+"""FSD001 scenario: a read-only summon with the default writeback, parameters on the CPU.
+
+CPU (gloo): FSDP placed on the CPU device; the summon uses offload_to_cpu=True, the path of
+pytorch#188989 (torch <= 2.13: the local shard is overwritten with freed memory on exit).
+CUDA (nccl): real CPUOffload(offload_params=True); the same read-only summon.
+The hazard: the local shard differs after a block that never touched a parameter.
+"""
+
+import torch
+from torch.distributed.fsdp import CPUOffload
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+from fsdp_lint.scenarios import _harness
+
+
+def main():
+    rank, _, device, local_rank = _harness.init()
+    net = _harness.mlp()
+    if device == "cpu":
+        model = FSDP(net, device_id=torch.device("cpu"), use_orig_params=True)
+    else:
+        model = FSDP(
+            net,
+            cpu_offload=CPUOffload(offload_params=True),
+            device_id=torch.device("cuda", local_rank),
+            use_orig_params=True,
+        )
+    handles = [m._handle for m in FSDP.fsdp_modules(model) if m._handle is not None]
+    before = [h.flat_param.detach().to("cpu", copy=True) for h in handles]
+    with FSDP.summon_full_params(model, offload_to_cpu=True):
+        names = [name for name, _ in model.named_parameters()]  # reads no tensor data
+    after = [h.flat_param.detach().to("cpu", copy=True) for h in handles]
+    changed = sum(int((a != b).sum()) for a, b in zip(after, before))
+    total = sum(b.numel() for b in before)
+    _harness.report(
+        hazard=changed > 0,
+        detail=f"{changed}/{total} local shard elements changed by a read-only summon of {len(names)} parameters",
+        changed=changed,
+        total=total,
+    )
+    _harness.finish()
+
+
+if __name__ == "__main__":
+    main()
