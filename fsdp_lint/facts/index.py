@@ -77,6 +77,12 @@ class _Indexer(cst.CSTVisitor):
         self.frames: List[_Frame] = [_Frame(None, None)]
         self.statements: List[cst.CSTNode] = [facts.module]
         self.with_items: Dict[int, WithBlock] = {}
+        self.bare_calls = set()
+        self.order = 0
+
+    def _next(self) -> int:
+        self.order += 1
+        return self.order
 
     # -- context ------------------------------------------------------------------
     def _context(self) -> Context:
@@ -111,6 +117,7 @@ class _Indexer(cst.CSTVisitor):
         self.imports.add_import_from(node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.facts.classes[node.name.value] = node
         if len(self.frames) == 1:
             self.imports.add_local_definition(node.name.value)
         self.frames.append(_Frame(None, node))
@@ -157,13 +164,15 @@ class _Indexer(cst.CSTVisitor):
     def leave_While_body(self, node: cst.While) -> None:
         self._pop_loop()
 
-    def _push_guard(self, node: cst.If, branch) -> None:
+    def _push_guard(self, node: cst.If, branch, which: str) -> None:
         frame = self.frames[-1]
         guard = Guard(
             node=node,
             loop_depth=len(frame.loops),
+            with_depth=len(frame.withs),
             periodic=_is_periodic(node.test),
             leaves_loop=_ends_loop(branch),
+            branch=which,
         )
         self._update(guards=frame.guards + (guard,))
 
@@ -171,14 +180,14 @@ class _Indexer(cst.CSTVisitor):
         self._update(guards=self.frames[-1].guards[:-1])
 
     def visit_If_body(self, node: cst.If) -> None:
-        self._push_guard(node, node.body)
+        self._push_guard(node, node.body, "body")
 
     def leave_If_body(self, node: cst.If) -> None:
         self._pop_guard()
 
     def visit_If_orelse(self, node: cst.If) -> None:
         branch = node.orelse.body if isinstance(node.orelse, cst.Else) else None
-        self._push_guard(node, branch)
+        self._push_guard(node, branch, "orelse")
 
     def leave_If_orelse(self, node: cst.If) -> None:
         self._pop_guard()
@@ -202,8 +211,18 @@ class _Indexer(cst.CSTVisitor):
         self._update(withs=self.frames[-1].withs[:-1])
 
     # -- calls, bindings, mutations ------------------------------------------------------
+    def visit_Expr(self, node: cst.Expr) -> None:
+        if isinstance(node.value, cst.Call):
+            self.bare_calls.add(id(node.value))
+
     def visit_Call(self, node: cst.Call) -> None:
-        site = CallSite(node, self._context(), entered_by=self.with_items.get(id(node)))
+        site = CallSite(
+            node,
+            self._context(),
+            self._next(),
+            entered_by=self.with_items.get(id(node)),
+            bare=id(node) in self.bare_calls,
+        )
         self.facts.calls.append(site)
         attr = site.attr
         if attr in STEP_ATTRS and isinstance(node.func, cst.Attribute):
@@ -233,7 +252,7 @@ class _Indexer(cst.CSTVisitor):
         name = dotted_name(target)
         if name is None:
             return
-        self.facts.bindings.append(Binding(name, value, self._context()))
+        self.facts.bindings.append(Binding(name, value, self._context(), self._next()))
         if len(self.frames) == 1 and isinstance(target, cst.Name):
             if isinstance(value, (cst.Name, cst.Attribute)):
                 self.imports.add_alias_assignment(name, value)

@@ -25,8 +25,10 @@ class Guard:
 
     node: cst.If
     loop_depth: int  # how many loops enclose the if itself
+    with_depth: int  # how many with-blocks enclose the if itself
     periodic: bool  # the test uses ``%`` (``if step % every == 0``)
     leaves_loop: bool  # the guarded branch ends with break/return/raise: runs at most once
+    branch: str  # "body" or "orelse": which branch the guarded code is in
 
 
 @dataclass(eq=False)
@@ -55,7 +57,9 @@ class Context:
 class CallSite:
     node: cst.Call
     ctx: Context
+    order: int  # position in source order, across calls and bindings
     entered_by: Optional[WithBlock] = None  # the with-statement whose item is this call
+    bare: bool = False  # the whole expression statement is this call (result discarded)
 
     @property
     def func_dotted(self) -> Optional[str]:
@@ -82,6 +86,7 @@ class Binding:
     target: str
     value: cst.BaseExpression
     ctx: Context
+    order: int
 
 
 @dataclass
@@ -92,6 +97,7 @@ class ModuleFacts:
     mutations: List[Mutation] = field(default_factory=list)
     bindings: List[Binding] = field(default_factory=list)
     annotated: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
+    classes: Dict[str, cst.ClassDef] = field(default_factory=dict)
     _cache: Dict[str, object] = field(default_factory=dict)
 
     def cached(self, key, compute):
@@ -121,6 +127,24 @@ class ModuleFacts:
         from fsdp_lint.facts.offload import cpu_param_evidence
 
         return cpu_param_evidence(self)
+
+    @staticmethod
+    def rank_guard(ctx: Context, min_with_depth: int = 0):
+        """The ``if rank == 0:``-style guard that runs ``ctx`` on one rank only (``facts.ranks``)."""
+        from fsdp_lint.facts.ranks import rank_guard
+
+        return rank_guard(ctx, min_with_depth)
+
+    def summons_entering(self, block: WithBlock):
+        """The summon calls that a with-statement enters."""
+        return [s for s in self.summons() if s.site.entered_by is block]
+
+    def summon_blocks(self, ctx: Context):
+        """(summon, depth) for each summon block enclosing ``ctx``, innermost last."""
+        found = []
+        for depth, block in enumerate(ctx.withs):
+            found.extend((summon, depth) for summon in self.summons_entering(block))
+        return found
 
     @staticmethod
     def per_step_loop(ctx: Context):

@@ -33,6 +33,25 @@ CPU_OFFLOAD_POLICY = frozenset(
     }
 )
 TORCH_DEVICE = frozenset({"torch.device"})
+FULL_STATE_DICT_CONFIG = frozenset(
+    {
+        "torch.distributed.fsdp.FullStateDictConfig",
+        "torch.distributed.fsdp.api.FullStateDictConfig",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullStateDictConfig",
+    }
+)
+STATE_DICT_OPTIONS = frozenset({"torch.distributed.checkpoint.state_dict.StateDictOptions"})
+FULL_STATE_DICT_FUNCTIONS = frozenset(
+    {
+        "torch.distributed.checkpoint.state_dict.get_model_state_dict",
+        "torch.distributed.checkpoint.state_dict.get_state_dict",
+    }
+)
+CLIP_GRAD_NORM = frozenset(
+    {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_"}
+)
+NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+OPTIMIZER_PACKAGE = "torch.optim"
 
 SUMMON = "summon_full_params"
 # summon_full_params(module, recurse=True, writeback=True, rank0_only=False,

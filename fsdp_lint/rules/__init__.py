@@ -1,17 +1,30 @@
-"""All rules, one module each; ``ALL_RULES`` is the registry, in code order."""
+"""All rules, one module each (``fsdNNN_<name>.py``); ``ALL_RULES`` is the registry, in code order."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Dict, Iterable, List, Sequence, Type
 
 from fsdp_lint.rules.base import Rule
-from fsdp_lint.rules.fsd001_summon_writeback_with_cpu_offload import SummonWritebackWithCpuOffload
-from fsdp_lint.rules.fsd002_summon_in_training_loop import SummonInTrainingLoop
 
-ALL_RULES: List[Type[Rule]] = sorted(
-    [SummonWritebackWithCpuOffload, SummonInTrainingLoop],
-    key=lambda rule: rule.code,
-)
+
+def _discover() -> List[Type[Rule]]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("fsd"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found.extend(
+            value
+            for value in vars(module).values()
+            if isinstance(value, type) and issubclass(value, Rule) and value is not Rule
+            and value.__module__ == module.__name__
+        )
+    return sorted(found, key=lambda rule: rule.code)
+
+
+ALL_RULES: List[Type[Rule]] = _discover()
 BY_CODE: Dict[str, Type[Rule]] = {rule.code: rule for rule in ALL_RULES}
 BY_NAME: Dict[str, Type[Rule]] = {rule.name: rule for rule in ALL_RULES}
 

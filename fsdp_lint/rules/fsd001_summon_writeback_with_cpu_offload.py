@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import SAFE, UNSAFE
-from fsdp_lint.edits import set_keyword
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -87,18 +86,11 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
         for summon in facts.summons():
             if summon.value("writeback") is not True:
                 continue
-            block = summon.site.entered_by
-            safe = block is not None and not block.mutated
-            position = None
-            arg = summon.args.get("writeback")
-            if arg is not None and arg.keyword is None:
-                position = list(summon.node.args).index(arg)
-            new = set_keyword(summon.node, "writeback", "False", position)
             fix = FixProposal(
-                SAFE if safe else UNSAFE,
+                UNSAFE if summon.block_may_mutate else SAFE,
                 "Pass `writeback=False`",
                 summon.node,
-                new,
+                summon.with_argument("writeback", "False"),
             )
             report(
                 summon.node,

@@ -42,6 +42,16 @@ def report(**data):
     print("REPORT", json.dumps(data), flush=True)
 
 
+def gather(value, device="cpu"):
+    """Every rank's float ``value`` (all_gather of a tensor: no pickling, no numpy)."""
+    if os.environ.get("FSDP_LINT_DEVICE") == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    mine = torch.tensor([float(value)], device=device)
+    out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, mine)
+    return [float(t.item()) for t in out]
+
+
 def finish():
     dist.barrier()
     dist.destroy_process_group()

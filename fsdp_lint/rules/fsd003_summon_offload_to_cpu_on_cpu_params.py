@@ -1,0 +1,111 @@
+"""FSD003 summon-offload-to-cpu-on-cpu-params."""
+
+from __future__ import annotations
+
+from fsdp_lint.diagnostics import SAFE
+from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
+from fsdp_lint.verify.scenario import Scenario
+
+
+class SummonOffloadToCpuOnCpuParams(Rule):
+    code = "FSD003"
+    name = "summon-offload-to-cpu-on-cpu-params"
+    summary = "`offload_to_cpu=True` where the FSDP parameters already live on the CPU device (pytorch#188989)"
+    fix_availability = FIX_SOMETIMES
+    markers = (("summon_full_params", "FullStateDictConfig", "StateDictOptions"), ("cpu",))
+    hazard_fixed_in = "2.14.1"
+    scenario = Scenario(
+        program="fsd003_summon_offload_to_cpu_on_cpu_params.py",
+        hazard="RuntimeError (setStorage ... storage of size 0) at entry, SIGSEGV on access, or a changed shard",
+        errors=(r"setStorage: sizes \[\d+\].*storage of size 0",),
+        signal_is_hazard=True,
+        devices=("cpu",),
+        not_on={"cuda": "the bug needs FSDP parameters on the CPU device; on CUDA they are on the GPU"},
+    )
+    doc = """\
+## What it does
+Checks for `offload_to_cpu=True` in a torch FSDP `summon_full_params(...)` call in a module
+that places FSDP on the CPU device (`device_id=torch.device("cpu")` or `device_id="cpu"`,
+also through a variable). Also flags `FullStateDictConfig(offload_to_cpu=True, ...)` and
+`StateDictOptions(full_state_dict=True, cpu_offload=True)` in such modules: they reach the
+same code path without a user summon.
+
+## Why is this bad?
+`FlatParamHandle.to_cpu()` frees the unsharded flat parameter even when it already lives
+on the CPU (pytorch/pytorch#188989, fixed in torch 2.14.1). Measured on torch 2.13.0, FSDP
+on the CPU device, gloo:
+- `use_orig_params=False`: `RuntimeError: setStorage: sizes [N], strides [1], storage
+  offset 0, and itemsize 4 requiring a storage size of 4N are out of bounds for storage of
+  size 0` at entry; later summons silently do nothing.
+- `use_orig_params=True`: entry succeeds; reading a parameter kills the process (SIGSEGV).
+- with the default `writeback=True`, the local shard is overwritten with freed memory on exit.
+- the next forward raises `RuntimeError: Output 0 of Split is a view and is being modified
+  inplace...`; with `rank0_only=True` only rank 0 breaks and the next collective hangs.
+The state-dict paths (`FullStateDictConfig(offload_to_cpu=True, rank0_only=True)` +
+`state_dict()`, `get_model_state_dict` with `cpu_offload=True`) make rank 0 fail or die
+while rank 1 returns `{}`. On torch 2.11 (CPU, gloo) the verifier did not reproduce it.
+
+## Example
+```python
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+model = FSDP(net, device_id=torch.device("cpu"))
+with FSDP.summon_full_params(model, offload_to_cpu=True, writeback=False):
+    weights = {n: p.clone() for n, p in model.named_parameters()}
+```
+
+## Use instead
+```python
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+model = FSDP(net, device_id=torch.device("cpu"))
+with FSDP.summon_full_params(model, writeback=False):
+    weights = {n: p.clone() for n, p in model.named_parameters()}
+```
+
+## Fix safety
+For a summon the fix drops `offload_to_cpu=True` and is safe: the parameters are already
+on the CPU, so the block sees the same tensors without the broken copy. The state-dict
+configurations get no automatic fix (dropping `cpu_offload` changes what is saved).
+
+## References
+- pytorch/pytorch#188989: `summon_full_params(offload_to_cpu=True)` with CPU-resident parameters
+- [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
+"""
+
+    def check(self, facts, report):
+        from fsdp_lint.facts import torch_api
+        from fsdp_lint.facts.offload import CPU_DEVICE
+        from fsdp_lint.facts.values import keyword_args, literal_bool
+
+        devices = [e for e in facts.cpu_param_evidence() if e.kind == CPU_DEVICE]
+        if not devices:
+            return
+        where = f"FSDP on the CPU device, line {report.row(devices[0].node)}"
+        for summon in facts.summons():
+            if summon.value("offload_to_cpu") is True:
+                report(
+                    summon.node,
+                    f"`offload_to_cpu=True` on parameters that already live on the CPU ({where}): "
+                    "crashes or corrupts shards on torch < 2.14.1 (pytorch#188989); drop it",
+                    FixProposal(SAFE, "Remove `offload_to_cpu=True`", summon.node,
+                                summon.without_argument("offload_to_cpu")),
+                    statement=summon.site.ctx.statement,
+                )
+        for site in facts.calls:
+            qualname = facts.qualname(site.node.func)
+            kwargs = keyword_args(site.node)
+            value = lambda key: literal_bool(kwargs[key].value) if key in kwargs else None  # noqa: E731
+            if (qualname in torch_api.FULL_STATE_DICT_CONFIG and value("offload_to_cpu") is True) or (
+                qualname in torch_api.STATE_DICT_OPTIONS
+                and value("full_state_dict") is True
+                and value("cpu_offload") is True
+            ):
+                report(
+                    site.node,
+                    f"a full state dict offloaded to the CPU from parameters on the CPU ({where}) reaches "
+                    "pytorch#188989 on torch < 2.14.1: rank 0 fails or dies, other ranks return {}",
+                    statement=site.ctx.statement,
+                )

@@ -1,0 +1,73 @@
+"""FSD004 summon-rank0-only-writeback."""
+
+from __future__ import annotations
+
+from fsdp_lint.diagnostics import SAFE, UNSAFE
+from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
+from fsdp_lint.verify.scenario import Scenario
+
+
+class SummonRank0OnlyWriteback(Rule):
+    code = "FSD004"
+    name = "summon-rank0-only-writeback"
+    summary = "`rank0_only=True` with `writeback` missing or True: always NotImplementedError"
+    fix_availability = FIX_ALWAYS
+    markers = (("summon_full_params",), ("rank0_only",))
+    scenario = Scenario(
+        program="fsd004_summon_rank0_only_writeback.py",
+        hazard="NotImplementedError: writeback=True and rank0_only=True is not supported yet",
+        errors=(r"NotImplementedError: writeback=True and rank0_only=True is not supported yet",),
+    )
+    doc = """\
+## What it does
+Checks for torch FSDP `summon_full_params(..., rank0_only=True)` calls whose `writeback` is
+missing (its default is `True`) or literally `True`.
+
+## Why is this bad?
+FSDP rejects the combination at entry, on every rank:
+`NotImplementedError: writeback=True and rank0_only=True is not supported yet`
+(torch/distributed/fsdp/_unshard_param_utils.py, `_validate_unshard_params_args`). Measured
+on torch 2.13.0 (CPU, gloo) and 2.11 (2 GPUs, NCCL).
+
+## Example
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+with FSDP.summon_full_params(model, rank0_only=True):
+    if rank == 0:
+        torch.save(model.state_dict(), "full.pt")
+```
+
+## Use instead
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+with FSDP.summon_full_params(model, rank0_only=True, writeback=False):
+    if rank == 0:
+        torch.save(model.state_dict(), "full.pt")
+```
+
+## Fix safety
+The fix adds `writeback=False` (or turns a literal `True` into `False`). It is safe when
+the `with` block that enters the call provably does not modify parameters, unsafe otherwise
+(such a block wanted its edits kept; see FSD005 for why `rank0_only` edits diverge anyway).
+
+## References
+- [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
+"""
+
+    def check(self, facts, report):
+        for summon in facts.summons():
+            if summon.value("rank0_only") is True and summon.value("writeback") is True:
+                report(
+                    summon.node,
+                    "`rank0_only=True` requires `writeback=False`: this call raises "
+                    "`NotImplementedError: writeback=True and rank0_only=True is not supported yet`",
+                    FixProposal(
+                        UNSAFE if summon.block_may_mutate else SAFE,
+                        "Pass `writeback=False`",
+                        summon.node,
+                        summon.with_argument("writeback", "False"),
+                    ),
+                    statement=summon.site.ctx.statement,
+                )

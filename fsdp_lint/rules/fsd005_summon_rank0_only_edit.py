@@ -1,0 +1,83 @@
+"""FSD005 summon-rank0-only-edit."""
+
+from __future__ import annotations
+
+from fsdp_lint.rules.base import FIX_NEVER, Rule
+from fsdp_lint.verify.scenario import Scenario
+
+
+class SummonRank0OnlyEdit(Rule):
+    code = "FSD005"
+    name = "summon-rank0-only-edit"
+    summary = "parameters edited in a `rank0_only=True` summon, or on rank 0 only in a writeback summon"
+    fix_availability = FIX_NEVER
+    markers = (("summon_full_params",), ("rank",))
+    scenario = Scenario(
+        program="fsd005_summon_rank0_only_edit.py",
+        fixed_program="fsd005_summon_rank0_only_edit_fixed.py",
+        hazard="after the block, some ranks' shards carry the edit and others do not (ranks diverge)",
+    )
+    doc = """\
+## What it does
+Checks for parameters modified (in-place tensor methods such as `add_`/`copy_`/`zero_`,
+augmented, subscript or attribute assignment, `load_state_dict`) inside a torch FSDP
+`summon_full_params(..., rank0_only=True)` block, and for modifications made only under a
+rank test (`if rank == 0:`, `if dist.get_rank() == 0:`, `if accelerator.is_main_process:`)
+inside a summon block that writes back.
+
+## Why is this bad?
+With `rank0_only=True` (which requires `writeback=False`) only rank 0 gathers the full
+parameters; the other ranks see their own local shards. An in-place edit on rank 0 is
+discarded at exit while the same edit on the other ranks lands in their shards: the ranks
+silently diverge (measured on CPU/gloo, torch 2.13.0, and on 2 GPUs, torch 2.11). Editing
+only under `if rank == 0:` in a writeback block keeps only rank 0's slice of the edit: the
+other ranks write back their unedited copy of their own slice.
+
+## Example
+```python
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+with FSDP.summon_full_params(model, rank0_only=True, writeback=False):
+    for param in model.parameters():
+        param.data.mul_(0.5)
+```
+
+## Use instead
+```python
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+with FSDP.summon_full_params(model):
+    for param in model.parameters():
+        param.data.mul_(0.5)
+```
+
+## Fix safety
+No automatic fix: whether the edit should happen on every rank (drop `rank0_only`, edit on
+all ranks) or not at all is the author's decision.
+
+## References
+- [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
+"""
+
+    def check(self, facts, report):
+        reported = set()
+        for mutation in facts.mutations:
+            for summon, depth in facts.summon_blocks(mutation.ctx):
+                if id(summon) in reported:
+                    continue
+                if summon.value("rank0_only") is True:
+                    message = (
+                        "parameters edited inside a `rank0_only=True` summon: rank 0's edit is discarded "
+                        "while the other ranks keep theirs in their shards; the ranks diverge"
+                    )
+                elif summon.value("writeback") is True and facts.rank_guard(mutation.ctx, depth + 1):
+                    message = (
+                        "parameters edited on one rank only inside a writeback summon: only that rank's "
+                        "slice of the edit persists; edit on every rank"
+                    )
+                else:
+                    continue
+                reported.add(id(summon))
+                report(summon.node, message, statement=summon.site.ctx.statement)

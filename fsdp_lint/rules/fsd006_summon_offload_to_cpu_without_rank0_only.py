@@ -1,0 +1,85 @@
+"""FSD006 summon-offload-to-cpu-without-rank0-only."""
+
+from __future__ import annotations
+
+from fsdp_lint.diagnostics import UNSAFE
+from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
+from fsdp_lint.verify.scenario import Scenario
+
+WARNING = (
+    r"offload_to_cpu=True and rank0_only=False may result in the ?unsharded parameters being "
+    r"redundantly copied to CPU memory"
+)
+
+
+class SummonOffloadToCpuWithoutRank0Only(Rule):
+    code = "FSD006"
+    name = "summon-offload-to-cpu-without-rank0-only"
+    summary = "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model to host memory"
+    fix_availability = FIX_ALWAYS
+    markers = (("summon_full_params",), ("offload_to_cpu",))
+    scenario = Scenario(
+        program="fsd006_summon_offload_to_cpu_without_rank0_only.py",
+        hazard="PyTorch's own UserWarning: the full parameters are copied to CPU memory on every rank (CPU OOM risk)",
+        errors=(WARNING,),
+        unsafe_fix=True,
+        devices=("cuda",),
+        not_on={
+            "cpu": "offload_to_cpu=True on CPU-resident parameters hits pytorch#188989 (FSD003) before 2.14.1; "
+            "the scenario needs parameters on a GPU"
+        },
+    )
+    doc = """\
+## What it does
+Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` calls without a literal
+`rank0_only=True`.
+
+## Why is this bad?
+Every rank then copies the whole unsharded model into host memory; ranks on one host share
+that memory, so an 8-GPU node holds eight full copies. PyTorch warns at entry:
+`UserWarning: offload_to_cpu=True and rank0_only=False may result in theunsharded
+parameters being redundantly copied to CPU memory for GPUs sharing the same CPU memory,
+which risks CPU OOM. We recommend using offload_to_cpu=True with rank0_only=True.` (sic;
+seen on CPU with torch 2.13.0 and on 2 GPUs with torch 2.11).
+
+## Example
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+with FSDP.summon_full_params(model, offload_to_cpu=True, writeback=False):
+    full = {n: p.clone() for n, p in model.named_parameters()}
+```
+
+## Use instead
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+with FSDP.summon_full_params(model, offload_to_cpu=True, rank0_only=True, writeback=False):
+    full = {n: p.clone() for n, p in model.named_parameters()}
+```
+
+## Fix safety
+The fix adds `rank0_only=True` (and `writeback=False`, which `rank0_only` requires). It is
+always unsafe: the other ranks then see only their local shards inside the block, which
+changes what code there computes.
+
+## References
+- [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
+"""
+
+    def check(self, facts, report):
+        for summon in facts.summons():
+            if summon.value("offload_to_cpu") is not True or summon.value("rank0_only") is True:
+                continue
+            values = {"rank0_only": "True"}
+            if summon.value("writeback") is not False:
+                values["writeback"] = "False"
+            new = summon.with_arguments(values)
+            report(
+                summon.node,
+                "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model into "
+                "host memory (PyTorch warns: risks CPU OOM); pass `rank0_only=True, writeback=False`",
+                FixProposal(UNSAFE, "Pass `rank0_only=True` (and `writeback=False`)", summon.node, new),
+                statement=summon.site.ctx.statement,
+            )
+

@@ -1,0 +1,88 @@
+"""FSD007 step-inside-summon."""
+
+from __future__ import annotations
+
+from fsdp_lint.rules.base import FIX_NEVER, Rule
+from fsdp_lint.verify.scenario import Scenario
+
+
+class StepInsideSummon(Rule):
+    code = "FSD007"
+    name = "step-inside-summon"
+    summary = "the FSDP model's forward or a `.backward()` runs inside a `summon_full_params` block"
+    fix_availability = FIX_NEVER
+    markers = (("summon_full_params",),)
+    scenario = Scenario(
+        program="fsd007_step_inside_summon.py",
+        fixed_program="fsd007_step_inside_summon_fixed.py",
+        hazard="AssertionError at exit (use_orig_params=False), or weights changed with no optimizer step",
+        errors=(r"AssertionError: Expects tensor to be unsharded",),
+    )
+    doc = """\
+## What it does
+Checks for a forward call of an FSDP-wrapped model (the summoned module, or any name bound
+to an `FSDP(...)` construction) or any `.backward(...)` call inside a torch FSDP
+`summon_full_params` block.
+
+## Why is this bad?
+Inside the block the parameters are unsharded views that FSDP's own forward and backward
+do not expect. Measured on CPU/gloo (torch 2.13.0) and 2 GPUs (torch 2.11):
+- `use_orig_params=False`: `AssertionError: Expects tensor to be unsharded with size ...
+  but got ...` when the block exits;
+- `use_orig_params=True` with `writeback=True`: no error, and the weights are silently
+  changed without any optimizer step.
+
+## Example
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+model = FSDP(net)
+with FSDP.summon_full_params(model):
+    loss = model(batch).sum()
+    loss.backward()
+```
+
+## Use instead
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+model = FSDP(net)
+loss = model(batch).sum()
+loss.backward()
+with FSDP.summon_full_params(model, writeback=False):
+    norms = [p.norm() for p in model.parameters()]
+```
+
+## Fix safety
+No automatic fix: the step has to move out of the block, which changes the program's order.
+
+## References
+- [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
+"""
+
+    def check(self, facts, report):
+        from fsdp_lint.facts.imports import dotted_name
+
+        fsdp1 = facts.fsdp_modules().fsdp1
+        for site in facts.calls:
+            if not site.ctx.withs:
+                continue
+            blocks = facts.summon_blocks(site.ctx)
+            if not blocks:
+                continue
+            callee = dotted_name(site.node.func)
+            modules = {s.module_name for s, _ in blocks} | fsdp1
+            if site.attr == "backward" and hasattr(site.node.func, "attr"):
+                what = "`.backward()`"
+            elif callee is not None and callee in modules:
+                what = f"the FSDP model's forward (`{callee}(...)`)"
+            else:
+                continue
+            summon = blocks[-1][0]
+            report(
+                site.node,
+                f"{what} inside the `summon_full_params` block at line {report.row(summon.node)}: "
+                "AssertionError at exit (use_orig_params=False) or weights changed with no optimizer "
+                "step; run the step outside the block",
+                statement=site.ctx.statement,
+            )

@@ -1,0 +1,74 @@
+"""FSD009 summon-with-grads-unsupported."""
+
+from __future__ import annotations
+
+from fsdp_lint.rules.base import FIX_NEVER, Rule
+from fsdp_lint.verify.scenario import Scenario
+
+
+class SummonWithGradsUnsupported(Rule):
+    code = "FSD009"
+    name = "summon-with-grads-unsupported"
+    summary = "`with_grads=True` with `offload_to_cpu=True` or without `use_orig_params=True`: NotImplementedError"
+    fix_availability = FIX_NEVER
+    markers = (("summon_full_params",), ("with_grads",))
+    scenario = Scenario(
+        program="fsd009_summon_with_grads_unsupported.py",
+        fixed_program="fsd009_summon_with_grads_unsupported_fixed.py",
+        hazard="NotImplementedError: with_grads=..., use_orig_params=..., offload_to_cpu=... is not supported yet",
+        errors=(r"NotImplementedError: with_grads=True, use_orig_params=\w+, offload_to_cpu=\w+ is not supported",),
+    )
+    doc = """\
+## What it does
+Checks for torch FSDP `summon_full_params(..., with_grads=True)` calls that also pass
+`offload_to_cpu=True`, or whose module is wrapped in this file by `FSDP(...)` without
+`use_orig_params=True`.
+
+## Why is this bad?
+`with_grads=True` is implemented only for `use_orig_params=True` without CPU offload of the
+summoned parameters; otherwise FSDP raises at entry, on every rank:
+`NotImplementedError: with_grads=True, use_orig_params=False, offload_to_cpu=False is not
+supported yet` (torch 2.13.0 CPU/gloo, torch 2.11 on 2 GPUs).
+
+## Example
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+model = FSDP(net)
+with FSDP.summon_full_params(model, with_grads=True, writeback=False):
+    grads = [p.grad for p in model.parameters()]
+```
+
+## Use instead
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+model = FSDP(net, use_orig_params=True)
+with FSDP.summon_full_params(model, with_grads=True, writeback=False):
+    grads = [p.grad for p in model.parameters()]
+```
+
+## Fix safety
+No automatic fix: `use_orig_params=True` changes how the optimizer sees parameters.
+
+## References
+- [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
+"""
+
+    def check(self, facts, report):
+        modules = facts.fsdp_modules()
+        for summon in facts.summons():
+            if summon.value("with_grads") is not True:
+                continue
+            wrap = modules.wrap_for(summon.module_name)
+            if summon.value("offload_to_cpu") is True:
+                why = "with `offload_to_cpu=True`"
+            elif wrap is not None and wrap.use_orig_params is False:
+                why = f"on a model wrapped without `use_orig_params=True` (line {report.row(wrap.site.node)})"
+            else:
+                continue
+            report(
+                summon.node,
+                f"`with_grads=True` {why} raises `NotImplementedError` at entry",
+                statement=summon.site.ctx.statement,
+            )

@@ -1,0 +1,66 @@
+"""FSD011 summon-on-fully-shard."""
+
+from __future__ import annotations
+
+from fsdp_lint.rules.base import FIX_NEVER, Rule
+from fsdp_lint.verify.scenario import Scenario
+
+
+class SummonOnFullyShard(Rule):
+    code = "FSD011"
+    name = "summon-on-fully-shard"
+    summary = "`FSDP.summon_full_params` on a module sharded with FSDP2 `fully_shard`: a silent no-op"
+    fix_availability = FIX_NEVER
+    markers = (("summon_full_params",), ("fully_shard",))
+    scenario = Scenario(
+        program="fsd011_summon_on_fully_shard.py",
+        fixed_program="fsd011_summon_on_fully_shard_fixed.py",
+        hazard="inside the block the parameters are still sharded DTensors (local shape differs from the full shape)",
+    )
+    doc = """\
+## What it does
+Checks for torch FSDP1 `summon_full_params(m, ...)` where `m` is sharded in this file with
+FSDP2's `fully_shard(m)`.
+
+## Why is this bad?
+FSDP2 has no `summon_full_params`; FSDP1's static method finds no FSDP1 state on the module
+and does nothing: inside the block the parameters are still sharded `DTensor`s, so code
+that expects full tensors silently works on shards (measured on torch 2.13.0, CPU/gloo).
+
+## Example
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
+
+fully_shard(model)
+with FSDP.summon_full_params(model, writeback=False):
+    full = {n: p.detach().clone() for n, p in model.named_parameters()}
+```
+
+## Use instead
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
+
+fully_shard(model)
+full = {n: p.full_tensor() for n, p in model.named_parameters()}
+```
+
+## Fix safety
+No automatic fix. FSDP2 replacements: `model.unshard()` / `model.reshard()`,
+`DTensor.full_tensor()` per parameter, or
+`torch.distributed.checkpoint.state_dict.get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))`.
+
+## References
+- [FSDP2 `fully_shard`](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
+"""
+
+    def check(self, facts, report):
+        fsdp2 = facts.fsdp_modules().fsdp2
+        for summon in facts.summons():
+            if summon.module_name in fsdp2:
+                report(
+                    summon.node,
+                    f"`{summon.module_name}` is sharded with FSDP2 `fully_shard`: `summon_full_params` does "
+                    "nothing there (the parameters stay sharded DTensors); use `unshard()`/`reshard()`, "
+                    "`DTensor.full_tensor()` or `get_model_state_dict`",
+                    statement=summon.site.ctx.statement,
+                )

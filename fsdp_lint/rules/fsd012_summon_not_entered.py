@@ -1,0 +1,60 @@
+"""FSD012 summon-not-entered."""
+
+from __future__ import annotations
+
+from fsdp_lint.rules.base import FIX_NEVER, Rule
+from fsdp_lint.verify.scenario import Scenario
+
+
+class SummonNotEntered(Rule):
+    code = "FSD012"
+    name = "summon-not-entered"
+    summary = "`summon_full_params(...)` called as a statement, never entered with `with`: nothing is gathered"
+    fix_availability = FIX_NEVER
+    markers = (("summon_full_params",),)
+    scenario = Scenario(
+        program="fsd012_summon_not_entered.py",
+        fixed_program="fsd012_summon_not_entered_fixed.py",
+        hazard="after the call the parameters are still sharded (shapes differ from the full ones)",
+    )
+    doc = """\
+## What it does
+Checks for a torch FSDP `summon_full_params(...)` call used as a bare expression statement.
+
+## Why is this bad?
+`summon_full_params` is a context manager: calling it only builds the generator. Nothing
+is all-gathered and the code after it works on the local shards (measured on torch 2.13.0,
+CPU/gloo: the parameters keep their sharded shapes).
+
+## Example
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+FSDP.summon_full_params(model, writeback=False)
+weights = {n: p.clone() for n, p in model.named_parameters()}
+```
+
+## Use instead
+```python
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+with FSDP.summon_full_params(model, writeback=False):
+    weights = {n: p.clone() for n, p in model.named_parameters()}
+```
+
+## Fix safety
+No automatic fix: which statements belong inside the block is the author's decision.
+
+## References
+- [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
+"""
+
+    def check(self, facts, report):
+        for summon in facts.summons():
+            if summon.site.bare:
+                report(
+                    summon.node,
+                    "`summon_full_params(...)` is a context manager: called as a statement it gathers "
+                    "nothing; use `with FSDP.summon_full_params(...):`",
+                    statement=summon.site.ctx.statement,
+                )
