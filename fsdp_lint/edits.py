@@ -104,11 +104,26 @@ def _inner_separator(args, call: "cst.Call") -> "cst.ParenthesizedWhitespace":
 
 
 def remove_argument(call: "cst.Call", index: int) -> "cst.Call":
-    """Drop argument ``index``, keeping the separators of the others intact."""
+    """Drop argument ``index``; the others keep their separators and comments.
+
+    When the last argument goes, the new last one takes over what closed the list (a
+    trailing comma, the line break before the parenthesis) but keeps its own comment.
+    """
+    cst = _cst()
     args = list(call.args)
     removed = args.pop(index)
-    if args and index == len(args):
-        # Removed the last argument: the new last one takes over its comma (or lack of one).
-        prev = args[-1]
+    if not args or index != len(args):
+        return call.with_changes(args=args)
+    prev = args[-1]
+    own = prev.comma.whitespace_after if isinstance(prev.comma, cst.Comma) else None
+    closing = removed.comma.whitespace_after if isinstance(removed.comma, cst.Comma) else None
+    if isinstance(own, cst.ParenthesizedWhitespace) and isinstance(closing, cst.ParenthesizedWhitespace):
+        comma = prev.comma.with_changes(
+            whitespace_after=own.with_changes(indent=closing.indent, last_line=closing.last_line)
+        )
+        args[-1] = prev.with_changes(comma=comma)
+    elif isinstance(own, cst.ParenthesizedWhitespace) and own.first_line.comment is not None:
+        pass  # keep the comma that carries a comment; a trailing comma is valid
+    else:
         args[-1] = prev.with_changes(comma=removed.comma, whitespace_after_arg=removed.whitespace_after_arg)
     return call.with_changes(args=args)

@@ -24,9 +24,12 @@ class FsdpWrap:
     target: Optional[str]
     wrapped: Optional[str]  # dotted name of the module passed in
     kwargs: Dict[str, cst.Arg]
+    fsdp2: bool = False  # ``fully_shard(module)`` rather than ``FSDP(module)``
 
     @property
     def use_orig_params(self):
+        if self.fsdp2:
+            return None
         arg = self.kwargs.get("use_orig_params")
         return False if arg is None else literal_bool(arg.value)
 
@@ -46,7 +49,7 @@ class FsdpModules:
     wraps: List[FsdpWrap]
     fsdp1: Set[str]  # dotted names holding an FSDP1-wrapped module
     fsdp2: Set[str]  # dotted names passed to / bound from fully_shard
-    fsdp2_wraps: List[CallSite]
+    fsdp2_wraps: List[FsdpWrap]
 
     def wrap_for(self, dotted: Optional[str]) -> Optional[FsdpWrap]:
         for wrap in self.wraps:
@@ -67,7 +70,7 @@ def _first_positional(call: cst.Call) -> Optional[str]:
 def _compute(facts: ModuleFacts) -> FsdpModules:
     targets = {id(b.value): b.target for b in facts.bindings}
     wraps: List[FsdpWrap] = []
-    fsdp2_wraps: List[CallSite] = []
+    fsdp2_wraps: List[FsdpWrap] = []
     fsdp1: Set[str] = set()
     fsdp2: Set[str] = set()
     for site in facts.calls:
@@ -80,11 +83,11 @@ def _compute(facts: ModuleFacts) -> FsdpModules:
             if target is not None:
                 fsdp1.add(target)
         elif qualname in torch_api.FULLY_SHARD:
-            fsdp2_wraps.append(site)
             wrapped = _first_positional(site.node)
+            target = targets.get(id(site.node))
+            fsdp2_wraps.append(FsdpWrap(site, target, wrapped, keyword_args(site.node), fsdp2=True))
             if wrapped is not None:
                 fsdp2.add(wrapped)
-            target = targets.get(id(site.node))
             if target is not None:
                 fsdp2.add(target)
     for name, annotations in facts.annotated.items():

@@ -50,15 +50,34 @@ def _is_cpu_device(facts: ModuleFacts, expr: Optional[cst.BaseExpression], depth
     return False
 
 
+def _is_param_offload(facts: ModuleFacts, call: cst.Call) -> bool:
+    if facts.qualname(call.func) not in torch_api.CPU_OFFLOAD:
+        return False
+    bound, _ = bind_arguments(call.args, ("offload_params",))
+    arg = bound.get("offload_params")
+    return arg is not None and literal_bool(arg.value) is True
+
+
+def offloads_params(facts: ModuleFacts, expr: Optional[cst.BaseExpression], depth: int = 0) -> bool:
+    """``expr`` (a ``cpu_offload=`` value) is, or may be, ``CPUOffload(offload_params=True)``:
+    directly, through a name assigned once, or as a branch of a conditional."""
+    if expr is None or depth > 3:
+        return False
+    if isinstance(expr, cst.Call):
+        return _is_param_offload(facts, expr)
+    if isinstance(expr, cst.IfExp):
+        return offloads_params(facts, expr.body, depth + 1) or offloads_params(facts, expr.orelse, depth + 1)
+    if isinstance(expr, cst.Name):
+        return offloads_params(facts, facts.single_value(expr.value), depth + 1)
+    return False
+
+
 def _compute(facts: ModuleFacts) -> List[OffloadEvidence]:
     evidence: List[OffloadEvidence] = []
     for site in facts.calls:
         qualname = facts.qualname(site.node.func)
-        if qualname in torch_api.CPU_OFFLOAD:
-            bound, _ = bind_arguments(site.node.args, ("offload_params",))
-            arg = bound.get("offload_params")
-            if arg is not None and literal_bool(arg.value) is True:
-                evidence.append(OffloadEvidence(CPU_OFFLOAD, site.node))
+        if _is_param_offload(facts, site.node):
+            evidence.append(OffloadEvidence(CPU_OFFLOAD, site.node))
         elif qualname in torch_api.CPU_OFFLOAD_POLICY:
             evidence.append(OffloadEvidence(OFFLOAD_POLICY, site.node))
     for wrap in fsdp_modules(facts).wraps:

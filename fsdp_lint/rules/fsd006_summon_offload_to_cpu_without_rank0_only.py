@@ -69,7 +69,7 @@ changes what code there computes.
 
     def check(self, facts, report):
         for summon in facts.summons():
-            if summon.value("offload_to_cpu") is not True or summon.value("rank0_only") is True:
+            if summon.value("offload_to_cpu") is not True or summon.value("rank0_only") is not False:
                 continue
             values = {"rank0_only": "True"}
             if summon.value("writeback") is not False:
