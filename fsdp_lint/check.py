@@ -9,21 +9,63 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Type
+from typing import Dict, List, Optional, Sequence, Type
+
+from fsdp_lint.cache import Cache
+from fsdp_lint.config import ConfigFinder, version_tuple
 
 from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, error_diagnostic, lint_text
+from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, ast_confirms, error_diagnostic, lint_text, wanted_rules
 from fsdp_lint.fixer import fix_text
+from fsdp_lint.rules import select_rules
 from fsdp_lint.rules.base import Rule
 from fsdp_lint.source import FileChangedError, SourceError, SourceFile, decode_source, read_source, write_atomic
 
 
 @dataclass
+class Overrides:
+    """What the command line says; it wins over ``[tool.fsdp-lint]``."""
+
+    select: Optional[List[str]] = None
+    extend_select: List[str] = field(default_factory=list)
+    ignore: List[str] = field(default_factory=list)
+    unsafe_fixes: Optional[bool] = None
+    target_torch_version: Optional[str] = None
+
+
+@dataclass
 class Settings:
-    rules: Sequence[Type[Rule]]
+    finder: ConfigFinder = field(default_factory=ConfigFinder)
+    overrides: Overrides = field(default_factory=Overrides)
     fix: bool = False
-    unsafe_fixes: bool = False
     diff: bool = False
+    cache: Optional[Cache] = None
+    _rules: Dict[tuple, List[Type[Rule]]] = field(default_factory=dict, repr=False)
+
+    def rules_for(self, path: str) -> List[Type[Rule]]:
+        config = self.finder.for_file(path)
+        o = self.overrides
+        select = o.select if o.select is not None else (config.select or ["ALL"])
+        # an explicit --select is a later layer than the file's select and ignore (ruff's order)
+        file_ignores = [] if o.select is not None else config.ignore
+        key = (
+            tuple(select),
+            tuple(config.extend_select + o.extend_select),
+            tuple(file_ignores + o.ignore + config.ignores_for(path)),
+            o.target_torch_version or config.target_torch_version,
+        )
+        if key not in self._rules:
+            rules = select_rules(list(key[0]) + list(key[1]), key[2])
+            if key[3]:
+                target = version_tuple(key[3])
+                rules = [r for r in rules if not (r.hazard_fixed_in and version_tuple(r.hazard_fixed_in) <= target)]
+            self._rules[key] = rules
+        return self._rules[key]
+
+    def unsafe_for(self, path: str) -> bool:
+        if self.overrides.unsafe_fixes is not None:
+            return self.overrides.unsafe_fixes
+        return bool(self.finder.for_file(path).unsafe_fixes)
 
 
 @dataclass
@@ -33,6 +75,7 @@ class FileReport:
     fixed: int = 0
     diff: str = ""
     new_text: Optional[str] = None  # the fixed text (stdin mode prints it)
+    text: str = ""  # the text as read (stdin mode prints it back when nothing changed)
 
 
 def _diff(path: str, old: str, new: str) -> str:
@@ -46,11 +89,12 @@ def _diff(path: str, old: str, new: str) -> str:
 def process_source(source: SourceFile, settings: Settings, write: bool = True) -> FileReport:
     path = source.path
     report = FileReport(path)
+    rules = settings.rules_for(path)
     try:
         if not (settings.fix or settings.diff):
-            report.diagnostics = lint_text(source.text, path, settings.rules).diagnostics
+            report.diagnostics = _lint_cached(source, rules, settings.cache)
             return report
-        outcome = fix_text(source.text, path, settings.rules, settings.unsafe_fixes)
+        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path))
         report.diagnostics = outcome.diagnostics
         if outcome.text == source.text:
             return report
@@ -80,6 +124,25 @@ def process_source(source: SourceFile, settings: Settings, write: bool = True) -
     return report
 
 
+def _lint_cached(source: SourceFile, rules, cache: Optional[Cache]) -> List[Diagnostic]:
+    if cache is None or not wanted_rules(source.text, rules):
+        return lint_text(source.text, source.path, rules).diagnostics
+    key = cache.key(source.raw, [rule.code for rule in rules])
+    hit = cache.get(key, source.path)
+    if hit is not None:
+        return hit
+    diagnostics = lint_text(source.text, source.path, rules).diagnostics
+    if not any(d.code == INTERNAL_ERROR[0] for d in diagnostics):
+        cache.put(key, diagnostics)
+    return diagnostics
+
+
+def needs_parse(source: SourceFile, settings: Settings) -> bool:
+    """Cheap stages only (text markers, then ``ast``): may this file produce a finding?"""
+    rules = wanted_rules(source.text, settings.rules_for(source.path))
+    return bool(rules) and ast_confirms(source.text, rules)
+
+
 def process_file(path: str, settings: Settings) -> FileReport:
     try:
         source = read_source(path)
@@ -88,12 +151,45 @@ def process_file(path: str, settings: Settings) -> FileReport:
     return process_source(source, settings)
 
 
+def _worker(args) -> FileReport:
+    source, settings = args
+    return process_source(source, settings)
+
+
+def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[FileReport]:
+    """Read every file once; files the cheap stages clear are done at once, the rest
+    (which need libcst) are spread over ``jobs`` processes when there are enough of them."""
+    reports: List[FileReport] = []
+    pending: List[SourceFile] = []
+    for path in paths:
+        try:
+            source = read_source(path)
+        except SourceError as exc:
+            reports.append(FileReport(path, [error_diagnostic(IO_ERROR, path, str(exc), exc.row, exc.column)]))
+            continue
+        if needs_parse(source, settings):
+            pending.append(source)
+        else:
+            reports.append(FileReport(path))
+    if jobs > 1 and len(pending) >= 2:
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+        with context.Pool(min(jobs, len(pending))) as pool:
+            reports.extend(pool.imap_unordered(_worker, [(s, settings) for s in pending], chunksize=1))
+    else:
+        reports.extend(process_source(source, settings) for source in pending)
+    return reports
+
+
 def process_stdin(data: bytes, filename: str, settings: Settings) -> FileReport:
     try:
         source = decode_source(data, filename)
     except SourceError as exc:
         return FileReport(filename, [error_diagnostic(IO_ERROR, filename, str(exc), exc.row, exc.column)])
-    return process_source(source, settings, write=False)
+    report = process_source(source, settings, write=False)
+    report.text = source.text
+    return report
 
 
 def exit_code(diagnostics: Sequence[Diagnostic], fixed: int, diff: bool) -> int:

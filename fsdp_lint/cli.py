@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence
 
 from fsdp_lint import __version__
 
-SUBCOMMANDS = ("check", "rule", "rules", "verify")
+SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean")
 
 
 def _codes(value: str) -> List[str]:
@@ -25,65 +25,126 @@ def _check_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fsdp-lint check", description="Lint (and fix) Python files for PyTorch FSDP misuse."
     )
-    parser.add_argument("paths", nargs="*", help="files or directories (default: .)")
-    parser.add_argument("--fix", action="store_true", help="apply safe fixes")
-    parser.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (with --fix or --diff)")
-    parser.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing")
-    parser.add_argument("--select", type=_codes, default=None, help="codes, prefixes or names (comma-separated); ALL")
-    parser.add_argument("--ignore", type=_codes, default=None, help="codes, prefixes or names to skip")
-    parser.add_argument("--statistics", action="store_true", help="print a count per rule instead of each finding")
-    parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
-    parser.add_argument("--format", default="text", help="output format: text or json")
-    parser.add_argument("--exclude", type=_codes, default=None, help="glob patterns of paths to skip")
-    parser.add_argument(
-        "--force-exclude", action="store_true", help="apply excludes to files named on the command line too"
-    )
+    parser.add_argument("paths", nargs="*", help="files or directories (default: .); - reads standard input")
+    fixing = parser.add_argument_group("fixing")
+    fixing.add_argument("--fix", action="store_true", help="apply safe fixes")
+    fixing.add_argument("--unsafe-fixes", action="store_true", default=None, help="also apply unsafe fixes")
+    fixing.add_argument("--no-unsafe-fixes", dest="unsafe_fixes", action="store_false", help="never unsafe fixes")
+    fixing.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing")
+    fixing.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when a file was fixed")
+    rules = parser.add_argument_group("rule selection")
+    rules.add_argument("--select", type=_codes, default=None, help="codes, prefixes or names (comma-separated); ALL")
+    rules.add_argument("--extend-select", type=_codes, default=[], help="add to the selection")
+    rules.add_argument("--ignore", type=_codes, default=[], help="codes, prefixes or names to skip")
+    rules.add_argument("--target-torch-version", default=None, help="skip rules whose hazard this torch fixed")
+    files = parser.add_argument_group("files")
+    files.add_argument("--config", default=None, help="a pyproject.toml to use instead of searching")
+    files.add_argument("--exclude", type=_codes, default=None, help="glob patterns to skip (replace the defaults)")
+    files.add_argument("--extend-exclude", type=_codes, default=[], help="more glob patterns to skip")
+    files.add_argument("--force-exclude", action="store_true", help="apply excludes to files named on the command line")
+    files.add_argument("--stdin-filename", default=None, help="the path of the source read from standard input")
+    files.add_argument("--show-files", action="store_true", help="list what would be linted, and why the rest is skipped")
+    output = parser.add_argument_group("output")
+    output.add_argument("--format", default="text", help="text, full, json, sarif or github")
+    output.add_argument("-o", "--output-file", default=None, help="write the report to this file")
+    output.add_argument("--statistics", action="store_true", help="print a count per rule instead of each finding")
+    output.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    speed = parser.add_argument_group("speed")
+    speed.add_argument("-j", "--jobs", type=int, default=None, help="processes (default: all cores)")
+    speed.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
+    speed.add_argument("--cache-dir", default=None, help="where the cache lives (default: .fsdp_lint_cache)")
     return parser
 
 
+def _error(message: str) -> int:
+    print(f"fsdp-lint: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _run_check(argv: Sequence[str]) -> int:
-    from fsdp_lint.check import Settings, display_path, exit_code, process_file
-    from fsdp_lint.files import discover
+    import os
+
+    from fsdp_lint.cache import DEFAULT_DIR, Cache
+    from fsdp_lint.check import Overrides, Settings, display_path, exit_code, process_stdin, run_files
+    from fsdp_lint.config import ConfigError, ConfigFinder
+    from fsdp_lint.engine import IO_ERROR, error_diagnostic
+    from fsdp_lint.files import discover, matches_any
     from fsdp_lint.output import FORMATS, render
-    from fsdp_lint.rules import UnknownRuleError, select_rules
+    from fsdp_lint.rules import UnknownRuleError, matching
 
     args = _check_parser().parse_args(argv)
     if args.format not in FORMATS:
-        print(f"fsdp-lint: error: unknown --format {args.format!r} (allowed: {', '.join(FORMATS)})", file=sys.stderr)
-        return 2
+        return _error(f"unknown --format {args.format!r} (allowed: {', '.join(FORMATS)})")
     try:
-        rules = select_rules(args.select or (), args.ignore or ())
-    except UnknownRuleError as exc:
-        print(f"fsdp-lint: error: {exc}", file=sys.stderr)
-        return 2
-    settings = Settings(rules=rules, fix=args.fix, unsafe_fixes=args.unsafe_fixes, diff=args.diff)
-    found = discover(args.paths or ["."], excludes=args.exclude or (), force_exclude=args.force_exclude)
-    from fsdp_lint.engine import IO_ERROR, error_diagnostic
-
-    diagnostics = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
-    fixed = 0
-    diffs = []
-    for path in found.files:
-        report = process_file(path, settings)
-        diagnostics.extend(report.diagnostics)
-        fixed += report.fixed
-        if report.diff:
-            diffs.append(report.diff)
-    for d in diagnostics:
-        d.filename = display_path(d.filename)
-    diagnostics.sort(key=lambda d: d.sort_key())
-    out = sys.stdout
-    if args.diff:
-        out.write("".join(diffs))
-    elif args.statistics:
-        counts = Counter((d.code, d.name) for d in diagnostics)
-        for (code, name), count in sorted(counts.items()):
-            out.write(f"{count:>5}\t{code}\t{name}\n")
-    else:
-        out.write(render(args.format, diagnostics))
-        if args.format == "text":
-            _summary(out, diagnostics, fixed, args.fix)
+        for selector in (args.select or []) + args.extend_select + args.ignore:
+            matching(selector)
+        finder = ConfigFinder(args.config)
+        root_config = finder.for_directory(os.getcwd())
+    except (UnknownRuleError, ConfigError) as exc:
+        return _error(str(exc))
+    overrides = Overrides(args.select, args.extend_select, args.ignore, args.unsafe_fixes, args.target_torch_version)
+    cache = None if args.no_cache or args.fix or args.diff else Cache(args.cache_dir or DEFAULT_DIR)
+    settings = Settings(finder=finder, overrides=overrides, fix=args.fix, diff=args.diff, cache=cache)
+    excludes = list(args.exclude if args.exclude is not None else (root_config.exclude or []))
+    excludes += root_config.extend_exclude + args.extend_exclude
+    paths = args.paths or ["."]
+    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
+    try:
+        if paths == ["-"] or args.stdin_filename and paths == []:
+            name = args.stdin_filename or "-"
+            if args.force_exclude and matches_any(name, excludes):
+                data = sys.stdin.buffer.read()
+                if args.fix:
+                    sys.stdout.buffer.write(data)
+                return 0
+            try:
+                report = process_stdin(sys.stdin.buffer.read(), name, settings)
+            except ConfigError as exc:
+                return _error(str(exc))
+            if args.fix:
+                sys.stdout.write(report.new_text if report.new_text is not None else report.text)
+                out = sys.stderr if out is sys.stdout else out
+            reports = [report]
+            problems = []
+        else:
+            found = discover(paths, excludes=excludes, force_exclude=args.force_exclude)
+            if args.show_files:
+                for path in found.files:
+                    out.write(f"{display_path(path)}\n")
+                for path, why in found.skipped:
+                    out.write(f"skipped {display_path(path)} ({why})\n")
+                for path, why in found.problems:
+                    out.write(f"problem {display_path(path)} ({why})\n")
+                return 0
+            jobs = args.jobs or os.cpu_count() or 1
+            try:
+                reports = run_files(found.files, settings, jobs=max(1, jobs))
+            except ConfigError as exc:
+                return _error(str(exc))
+            problems = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
+        diagnostics = problems + [d for report in reports for d in report.diagnostics]
+        fixed = sum(report.fixed for report in reports)
+        if fixed and args.fix and not args.diff and paths != ["-"]:
+            print(f"fsdp-lint: fixed {fixed} finding(s)", file=sys.stderr)
+        for d in diagnostics:
+            d.filename = display_path(d.filename)
+        diagnostics.sort(key=lambda d: d.sort_key())
+        if args.diff:
+            out.write("".join(report.diff for report in sorted(reports, key=lambda r: r.path)))
+        elif args.statistics:
+            counts = Counter((d.code, d.name) for d in diagnostics)
+            for (code, name), count in sorted(counts.items()):
+                out.write(f"{count:>5}\t{code}\t{name}\n")
+        else:
+            out.write(render(args.format, diagnostics))
+            if args.format == "text" and out is not sys.stderr:
+                _summary(out, diagnostics, fixed, args.fix)
+    finally:
+        if out not in (sys.stdout, sys.stderr):
+            out.close()
     code = exit_code(diagnostics, fixed, args.diff)
+    if code == 0 and fixed and args.exit_non_zero_on_fix:
+        code = 1
     if args.exit_zero and code == 1:
         return 0
     return code
@@ -168,6 +229,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "  check    lint files (the default); --fix applies safe fixes\n"
             "  rule     print a rule's documentation\n"
             "  rules    list all rules\n"
+            "  clean    remove the result cache (.fsdp_lint_cache)\n"
             "  verify   run each rule's runtime scenario under torchrun (needs torch)\n\n"
             "Run `fsdp-lint check --help` for the options of check."
         )
@@ -179,6 +241,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _run_rule(rest)
         if command == "rules":
             return _run_rules(rest)
+        if command == "clean":
+            from fsdp_lint.cache import DEFAULT_DIR, clean
+
+            target = rest[0] if rest else DEFAULT_DIR
+            print(f"removed {target}" if clean(target) else f"no cache at {target}")
+            return 0
         if command == "verify":
             from fsdp_lint.verify.command import run_verify
 

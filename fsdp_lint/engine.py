@@ -37,7 +37,40 @@ def error_diagnostic(kind, filename: str, message: str, row: int = 1, column: in
 
 
 def wanted_rules(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
+    """Stage 1: the rules whose text markers all occur in the file."""
     return [rule for rule in rules if rule.wanted(text)]
+
+
+def ast_confirms(text: str, rules: Sequence[Type[Rule]]) -> bool:
+    """Stage 2: a rule's first marker group names an identifier the code really uses
+    (not a string, comment or docstring).  Where ``ast`` cannot parse the file (newer
+    syntax, or invalid), the answer is yes: libcst decides, never at a finding's price."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return True
+    wanted = {marker for rule in rules for marker in rule.markers[0]} if rules else set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            name = node.attr
+        elif isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.alias):
+            if wanted.intersection(node.name.split(".")) or node.asname in wanted:
+                return True
+            continue
+        elif isinstance(node, ast.keyword):
+            name = node.arg
+        else:
+            continue
+        if name in wanted:
+            return True
+    return False
 
 
 def _parse(text: str, filename: str):

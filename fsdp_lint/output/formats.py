@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Callable, Dict, List
 
 from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.output import json_format, text
+from fsdp_lint.output import full, github, json_format, sarif, text
 
 FORMATS: Dict[str, Callable[..., str]] = {
     "text": text.render,
+    "full": full.render,
     "json": json_format.render,
+    "sarif": sarif.render,
+    "github": github.render,
 }
 
 

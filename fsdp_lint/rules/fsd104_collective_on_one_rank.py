@@ -11,7 +11,10 @@ class CollectiveOnOneRank(Rule):
     name = "collective-on-one-rank"
     summary = "a full state dict or `summon_full_params` (collectives) called only under a rank test: hang"
     fix_availability = FIX_NEVER
-    markers = (("state_dict", "summon_full_params"), ("rank", "is_main_process", "is_global_zero", "is_master"))
+    markers = (
+        ("state_dict", "get_model_state_dict", "get_state_dict", "summon_full_params"),
+        ("rank", "is_main_process", "is_global_zero", "is_master"),
+    )
     scenario = Scenario(
         program="fsd104_collective_on_one_rank.py",
         fixed_program="fsd104_collective_on_one_rank_fixed.py",

@@ -1,0 +1,145 @@
+"""``[tool.fsdp-lint]`` in ``pyproject.toml``: found by walking up from each file's folder
+(the nearest ``pyproject.toml`` that has the table wins), validated before use.
+
+Keys: select, extend-select, ignore, per-file-ignores, exclude, extend-exclude,
+unsafe-fixes, target-torch-version.  Command-line options win over the file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TABLE = "fsdp-lint"
+LIST_KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude")
+KEYS = LIST_KEYS + ("per-file-ignores", "unsafe-fixes", "target-torch-version")
+_VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass
+class Config:
+    path: Optional[str] = None  # the pyproject.toml, None for defaults
+    root: str = "."
+    select: Optional[List[str]] = None
+    extend_select: List[str] = field(default_factory=list)
+    ignore: List[str] = field(default_factory=list)
+    per_file_ignores: Dict[str, List[str]] = field(default_factory=dict)
+    exclude: Optional[List[str]] = None
+    extend_exclude: List[str] = field(default_factory=list)
+    unsafe_fixes: Optional[bool] = None
+    target_torch_version: Optional[str] = None
+
+    def ignores_for(self, path: str) -> List[str]:
+        rel = os.path.relpath(os.path.abspath(path), self.root).replace(os.sep, "/")
+        name = os.path.basename(path)
+        codes: List[str] = []
+        for pattern, ignored in self.per_file_ignores.items():
+            if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(name, pattern):
+                codes.extend(ignored)
+        return codes
+
+
+def version_tuple(text: str):
+    return tuple(int(part) for part in re.split(r"[.+]", text)[:3] if part.isdigit())
+
+
+def _fail(path: str, key: str, what: str) -> ConfigError:
+    return ConfigError(f"{path}: [tool.{TABLE}] {key}: {what}")
+
+
+def _validate_selectors(path: str, key: str, values) -> List[str]:
+    from fsdp_lint.rules import UnknownRuleError, matching
+
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise _fail(path, key, "must be a list of strings (rule codes, prefixes or names)")
+    for value in values:
+        try:
+            matching(value)
+        except UnknownRuleError:
+            raise _fail(path, key, f"unknown rule selector {value!r}; allowed: codes (FSD001), prefixes (FSD0), names, ALL") from None
+    return values
+
+
+def parse_table(path: str, table: dict, root: str) -> Config:
+    config = Config(path=path, root=root)
+    for key, value in table.items():
+        if key not in KEYS:
+            raise _fail(path, key, f"unknown key; allowed: {', '.join(KEYS)}")
+        if key in ("select", "extend-select", "ignore"):
+            setattr(config, key.replace("-", "_"), _validate_selectors(path, key, value))
+        elif key in ("exclude", "extend-exclude"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise _fail(path, key, "must be a list of glob patterns")
+            setattr(config, key.replace("-", "_"), value)
+        elif key == "per-file-ignores":
+            if not isinstance(value, dict):
+                raise _fail(path, key, 'must be a table of glob = ["FSD001", ...]')
+            for pattern, codes in value.items():
+                _validate_selectors(path, f"{key}.{pattern!r}", codes)
+            config.per_file_ignores = dict(value)
+        elif key == "unsafe-fixes":
+            if not isinstance(value, bool):
+                raise _fail(path, key, "must be true or false")
+            config.unsafe_fixes = value
+        elif key == "target-torch-version":
+            if not isinstance(value, str) or not _VERSION.match(value):
+                raise _fail(path, key, 'must be a version string such as "2.13" or "2.14.1"')
+            config.target_torch_version = value
+    return config
+
+
+def load(path: str) -> Optional[Config]:
+    """The config in ``path`` (a pyproject.toml), or None when it has no [tool.fsdp-lint] table."""
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    table = data.get("tool", {}).get(TABLE)
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.{TABLE}] must be a table")
+    return parse_table(path, table, os.path.dirname(os.path.abspath(path)))
+
+
+class ConfigFinder:
+    """Nearest config for a folder, cached per folder (one walk per folder per run)."""
+
+    def __init__(self, explicit: Optional[str] = None):
+        self._cache: Dict[str, Config] = {}
+        self._explicit = load(explicit) if explicit else None
+        if explicit and self._explicit is None:
+            self._explicit = Config(path=explicit, root=os.path.dirname(os.path.abspath(explicit)))
+
+    def for_directory(self, directory: str) -> Config:
+        if self._explicit is not None:
+            return self._explicit
+        directory = os.path.abspath(directory)
+        if directory in self._cache:
+            return self._cache[directory]
+        candidate = os.path.join(directory, "pyproject.toml")
+        config = load(candidate) if os.path.isfile(candidate) else None
+        if config is None:
+            parent = os.path.dirname(directory)
+            config = Config(root=directory) if parent == directory else self.for_directory(parent)
+        self._cache[directory] = config
+        return config
+
+    def for_file(self, path: str) -> Config:
+        return self.for_directory(os.path.dirname(os.path.abspath(path)))

@@ -1,0 +1,70 @@
+"""The real pre-commit, pointed at this repository: it blocks a commit with an FSD001
+finding, the `--fix` hook rewrites the file, and the fixed file passes."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pre_commit")
+ROOT = Path(__file__).resolve().parent.parent
+BAD = ROOT / "fixtures" / "FSD001" / "fix" / "read_only.py"
+GOOD = ROOT / "fixtures" / "FSD001" / "fix" / "read_only.fixed.py"
+
+
+def git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def hook_repo(tmp_path_factory):
+    """A committed snapshot of this working tree (what pre-commit installs the hook from)."""
+    snapshot = tmp_path_factory.mktemp("hook-repo")
+    files = git("ls-files", "-co", "--exclude-standard", cwd=ROOT).splitlines()
+    for name in files:
+        source = ROOT / name
+        if source.is_file() and not name.startswith("tests/data"):
+            (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, snapshot / name)
+    for args in (("init", "-q"), ("add", "-A"), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "s")):
+        git(*args, cwd=snapshot)
+    return snapshot, git("rev-parse", "HEAD", cwd=snapshot)
+
+
+@pytest.fixture
+def user_repo(tmp_path):
+    repo = tmp_path / "user"
+    repo.mkdir()
+    git("init", "-q", cwd=repo)
+    shutil.copy(BAD, repo / "train.py")
+    git("add", "train.py", cwd=repo)
+    return repo
+
+
+def pre_commit(*args, cwd, home):
+    env = {**os.environ, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never"}
+    return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def test_hook_blocks_then_fix_hook_rewrites_then_passes(hook_repo, user_repo, tmp_path_factory):
+    snapshot, rev = hook_repo
+    home = tmp_path_factory.mktemp("pre-commit-home")
+    blocked = pre_commit("try-repo", str(snapshot), "fsdp-lint", "--files", "train.py", cwd=user_repo, home=home)
+    assert blocked.returncode == 1, blocked.stdout + blocked.stderr
+    assert "FSD001" in blocked.stdout
+    assert (user_repo / "train.py").read_text() == BAD.read_text()
+
+    (user_repo / ".pre-commit-config.yaml").write_text(
+        f"repos:\n- repo: {snapshot}\n  rev: {rev}\n  hooks:\n  - id: fsdp-lint\n    args: [--fix]\n"
+    )
+    fixing = pre_commit("run", "--files", "train.py", cwd=user_repo, home=home)
+    assert fixing.returncode == 1, fixing.stdout  # pre-commit fails a hook that changed files
+    assert "files were modified by this hook" in fixing.stdout
+    assert (user_repo / "train.py").read_text() == GOOD.read_text()
+
+    git("add", "train.py", cwd=user_repo)
+    passing = pre_commit("run", "--files", "train.py", cwd=user_repo, home=home)
+    assert passing.returncode == 0, passing.stdout + passing.stderr
