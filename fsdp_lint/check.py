@@ -156,6 +156,42 @@ def _worker(args) -> FileReport:
     return process_source(source, settings)
 
 
+def _pool(workers: int):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    return ProcessPoolExecutor(workers, mp_context=context)
+
+
+def _parallel(pending: List[SourceFile], settings: Settings, workers: int) -> List[FileReport]:
+    """Lint in worker processes.  A worker that dies (a crash in native code) breaks the
+    pool; the files it left undone are retried one process each, so the one that crashes
+    is named in an FSD901 diagnostic and every other file still gets its answer."""
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    reports: List[FileReport] = []
+    retry: List[SourceFile] = []
+    with _pool(workers) as pool:
+        futures = {pool.submit(_worker, (source, settings)): source for source in pending}
+        for future in as_completed(futures):
+            try:
+                reports.append(future.result())
+            except BrokenProcessPool:
+                retry.append(futures[future])
+    for source in retry:
+        with _pool(1) as pool:
+            try:
+                reports.append(pool.submit(_worker, (source, settings)).result())
+            except BrokenProcessPool:
+                reports.append(FileReport(source.path, [error_diagnostic(
+                    INTERNAL_ERROR, source.path,
+                    "the linter process crashed on this file (native code); file not checked; please report it",
+                )]))
+    return reports
+
+
 def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[FileReport]:
     """Read every file once; files the cheap stages clear are done at once, the rest
     (which need libcst) are spread over ``jobs`` processes when there are enough of them."""
@@ -172,11 +208,7 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
         else:
             reports.append(FileReport(path))
     if jobs > 1 and len(pending) >= 2:
-        import multiprocessing
-
-        context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-        with context.Pool(min(jobs, len(pending))) as pool:
-            reports.extend(pool.imap_unordered(_worker, [(s, settings) for s in pending], chunksize=1))
+        reports.extend(_parallel(pending, settings, min(jobs, len(pending))))
     else:
         reports.extend(process_source(source, settings) for source in pending)
     return reports

@@ -1,4 +1,4 @@
-"""The one traversal of a module: collects imports, bindings, call sites with their
+"""The one traversal of a module (``facts.walk``): collects imports, bindings, call sites with their
 context, loops that run training steps, guards, with-blocks and mutations.
 
 Rules never traverse the tree themselves; they query the ``ModuleFacts`` built here.
@@ -22,6 +22,7 @@ from fsdp_lint.facts.model import (
     Mutation,
     WithBlock,
 )
+from fsdp_lint.facts.walk import Exit, push_children, walk
 
 # Calls whose presence marks a training step.
 STEP_ATTRS = frozenset({"backward", "step"})
@@ -69,9 +70,15 @@ def _ends_loop(body: cst.BaseSuite) -> bool:
     return False
 
 
-class _Indexer(cst.CSTVisitor):
+_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+class _Indexer:
+    """Fills a ``ModuleFacts`` in one walk (``facts.walk``): a handler per node type
+    that matters, run in source order, with loop/guard/with/function context kept on
+    ``frames`` (one frame per function, class or lambda)."""
+
     def __init__(self, facts: ModuleFacts) -> None:
-        super().__init__()
         self.facts = facts
         self.imports = facts.imports
         self.frames: List[_Frame] = [_Frame(None, None)]
@@ -79,12 +86,35 @@ class _Indexer(cst.CSTVisitor):
         self.with_items: Dict[int, WithBlock] = {}
         self.bare_calls = set()
         self.order = 0
+        self.handlers = {
+            cst.Import: self.on_import,
+            cst.ImportFrom: self.on_import_from,
+            cst.ClassDef: self.on_class,
+            cst.FunctionDef: self.on_function,
+            cst.Lambda: self.on_lambda,
+            cst.For: self.on_for,
+            cst.While: self.on_while,
+            cst.If: self.on_if,
+            cst.With: self.on_with,
+            cst.Expr: self.on_expr,
+            cst.Call: self.on_call,
+            cst.AugAssign: self.on_mutating_statement,
+            cst.Del: self.on_mutating_statement,
+            cst.Assign: self.on_assign,
+            cst.AnnAssign: self.on_ann_assign,
+            cst.SimpleStatementLine: self.on_statement,
+        }
+        for kind in (cst.Try, cst.TryStar, cst.Match) if hasattr(cst, "TryStar") else (cst.Try, cst.Match):
+            self.handlers[kind] = self.on_statement
 
+    def run(self) -> None:
+        walk(self.facts.module, self.handlers)
+
+    # -- context ------------------------------------------------------------------
     def _next(self) -> int:
         self.order += 1
         return self.order
 
-    # -- context ------------------------------------------------------------------
     def _context(self) -> Context:
         frame = self.frames[-1]
         return Context(
@@ -99,100 +129,100 @@ class _Indexer(cst.CSTVisitor):
     def _update(self, **changes) -> None:
         self.frames[-1] = replace(self.frames[-1], **changes)
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            self.statements.append(node)
-        return super().on_visit(node)
+    def _set(self, **changes):
+        return Exit(lambda: self._update(**changes))
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
-        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            self.statements.pop()
+    def _enter_statement(self, node: cst.CSTNode, stack: List[object]) -> None:
+        """Make ``node`` the current statement until its children are done."""
+        self.statements.append(node)
+        self.facts.tops[id(node)] = self.statements[1]
+        stack.append(Exit(self.statements.pop))
+
+    def on_statement(self, node, stack) -> None:
+        self._enter_statement(node, stack)
+        push_children(node, stack)
 
     # -- imports and definitions ------------------------------------------------------
-    def visit_Import(self, node: cst.Import) -> None:
+    def on_import(self, node: cst.Import, stack) -> None:
         self.imports.add_import(node)
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+    def on_import_from(self, node: cst.ImportFrom, stack) -> None:
         self.imports.add_import_from(node)
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+    def _scoped(self, node, stack, frame: _Frame, outside, inside) -> None:
+        """Visit ``outside`` in the current frame, then ``inside`` in ``frame``."""
+        if isinstance(node, _STATEMENTS):
+            self._enter_statement(node, stack)
+        stack.append(Exit(self.frames.pop))
+        stack.extend(reversed(inside))
+        stack.append(Exit(lambda: self.frames.append(frame)))
+        stack.extend(reversed(outside))
+
+    def on_class(self, node: cst.ClassDef, stack) -> None:
         self.facts.classes[node.name.value] = node
         if len(self.frames) == 1:
             self.imports.add_local_definition(node.name.value)
-        self.frames.append(_Frame(None, node))
+        outside = [d.decorator for d in node.decorators] + [a.value for a in (*node.bases, *node.keywords)]
+        self._scoped(node, stack, _Frame(None, node), outside, [node.body])
 
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.frames.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def on_function(self, node: cst.FunctionDef, stack) -> None:
         if len(self.frames) == 1:
             self.imports.add_local_definition(node.name.value)
         params = node.params
+        outside = [d.decorator for d in node.decorators]
         for param in (*params.posonly_params, *params.params, *params.kwonly_params):
             if param.annotation is not None:
-                self.facts.annotated.setdefault(param.name.value, []).append(
-                    param.annotation.annotation
-                )
-        self.frames.append(_Frame(node, self.frames[-1].class_def))
+                self.facts.annotated.setdefault(param.name.value, []).append(param.annotation.annotation)
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            if param.default is not None:
+                outside.append(param.default)
+        self._scoped(node, stack, _Frame(node, self.frames[-1].class_def), outside, [node.body])
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.frames.pop()
-
-    def visit_Lambda(self, node: cst.Lambda) -> None:
-        self.frames.append(_Frame(self.frames[-1].function, self.frames[-1].class_def))
-
-    def leave_Lambda(self, original_node: cst.Lambda) -> None:
-        self.frames.pop()
+    def on_lambda(self, node: cst.Lambda, stack) -> None:
+        frame = self.frames[-1]
+        self._scoped(node, stack, _Frame(frame.function, frame.class_def), [], [node.body])
 
     # -- loops, guards, with-blocks ------------------------------------------------------
-    def _push_loop(self, node) -> None:
-        self._update(loops=self.frames[-1].loops + (Loop(node),))
+    def _loop(self, node, stack, outside, body, orelse) -> None:
+        self._enter_statement(node, stack)
+        if orelse is not None:
+            stack.append(orelse)
+        stack.append(Exit(lambda: self._update(loops=self.frames[-1].loops[:-1])))
+        stack.append(body)
+        stack.append(Exit(lambda: self._update(loops=self.frames[-1].loops + (Loop(node),))))
+        stack.extend(reversed(outside))
 
-    def _pop_loop(self) -> None:
-        self._update(loops=self.frames[-1].loops[:-1])
+    def on_for(self, node: cst.For, stack) -> None:
+        self._loop(node, stack, [node.target, node.iter], node.body, node.orelse)
 
-    def visit_For_body(self, node: cst.For) -> None:
-        self._push_loop(node)
+    def on_while(self, node: cst.While, stack) -> None:
+        self._loop(node, stack, [node.test], node.body, node.orelse)
 
-    def leave_For_body(self, node: cst.For) -> None:
-        self._pop_loop()
+    def _guard(self, node: cst.If, branch, which: str) -> Exit:
+        def push() -> None:
+            frame = self.frames[-1]
+            guard = Guard(
+                node=node,
+                loop_depth=len(frame.loops),
+                with_depth=len(frame.withs),
+                periodic=_is_periodic(node.test),
+                leaves_loop=_ends_loop(branch),
+                branch=which,
+            )
+            self._update(guards=frame.guards + (guard,))
 
-    def visit_While_body(self, node: cst.While) -> None:
-        self._push_loop(node)
+        return Exit(push)
 
-    def leave_While_body(self, node: cst.While) -> None:
-        self._pop_loop()
+    def on_if(self, node: cst.If, stack) -> None:
+        self._enter_statement(node, stack)
+        pop = Exit(lambda: self._update(guards=self.frames[-1].guards[:-1]))
+        if node.orelse is not None:
+            branch = node.orelse.body if isinstance(node.orelse, cst.Else) else None
+            stack.extend([pop, node.orelse, self._guard(node, branch, "orelse")])
+        stack.extend([pop, node.body, self._guard(node, node.body, "body"), node.test])
 
-    def _push_guard(self, node: cst.If, branch, which: str) -> None:
-        frame = self.frames[-1]
-        guard = Guard(
-            node=node,
-            loop_depth=len(frame.loops),
-            with_depth=len(frame.withs),
-            periodic=_is_periodic(node.test),
-            leaves_loop=_ends_loop(branch),
-            branch=which,
-        )
-        self._update(guards=frame.guards + (guard,))
-
-    def _pop_guard(self) -> None:
-        self._update(guards=self.frames[-1].guards[:-1])
-
-    def visit_If_body(self, node: cst.If) -> None:
-        self._push_guard(node, node.body, "body")
-
-    def leave_If_body(self, node: cst.If) -> None:
-        self._pop_guard()
-
-    def visit_If_orelse(self, node: cst.If) -> None:
-        branch = node.orelse.body if isinstance(node.orelse, cst.Else) else None
-        self._push_guard(node, branch, "orelse")
-
-    def leave_If_orelse(self, node: cst.If) -> None:
-        self._pop_guard()
-
-    def visit_With(self, node: cst.With) -> None:
+    def on_with(self, node: cst.With, stack) -> None:
+        self._enter_statement(node, stack)
         block = WithBlock(node)
         for item in node.items:
             if isinstance(item.item, cst.Call):
@@ -202,20 +232,18 @@ class _Indexer(cst.CSTVisitor):
                 for branch in (item.item.body, item.item.orelse):
                     if isinstance(branch, cst.Call):
                         self.with_items[id(branch)] = block
-        self.with_items[id(node)] = block
-
-    def visit_With_body(self, node: cst.With) -> None:
-        self._update(withs=self.frames[-1].withs + (self.with_items[id(node)],))
-
-    def leave_With_body(self, node: cst.With) -> None:
-        self._update(withs=self.frames[-1].withs[:-1])
+        stack.append(Exit(lambda: self._update(withs=self.frames[-1].withs[:-1])))
+        stack.append(node.body)
+        stack.append(Exit(lambda: self._update(withs=self.frames[-1].withs + (block,))))
+        stack.extend(reversed(node.items))
 
     # -- calls, bindings, mutations ------------------------------------------------------
-    def visit_Expr(self, node: cst.Expr) -> None:
+    def on_expr(self, node: cst.Expr, stack) -> None:
         if isinstance(node.value, cst.Call):
             self.bare_calls.add(id(node.value))
+        stack.append(node.value)
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def on_call(self, node: cst.Call, stack) -> None:
         site = CallSite(
             node,
             self._context(),
@@ -224,6 +252,7 @@ class _Indexer(cst.CSTVisitor):
             bare=id(node) in self.bare_calls,
         )
         self.facts.calls.append(site)
+        self.facts.tops[id(node)] = self.statements[1] if len(self.statements) > 1 else node
         attr = site.attr
         if attr in STEP_ATTRS and isinstance(node.func, cst.Attribute):
             loops = self.frames[-1].loops
@@ -233,6 +262,7 @@ class _Indexer(cst.CSTVisitor):
             (attr.endswith("_") and not attr.startswith("__")) or attr in MUTATING_CALLS
         ):
             self._mutation(node)
+        push_children(node, stack)
 
     def _mutation(self, node: cst.CSTNode) -> None:
         ctx = self._context()
@@ -240,11 +270,9 @@ class _Indexer(cst.CSTVisitor):
             block.mutated = True
         self.facts.mutations.append(Mutation(node, ctx))
 
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+    def on_mutating_statement(self, node, stack) -> None:
         self._mutation(node)
-
-    def visit_Del(self, node: cst.Del) -> None:
-        self._mutation(node)
+        push_children(node, stack)
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Subscript, cst.Attribute)):
@@ -259,7 +287,7 @@ class _Indexer(cst.CSTVisitor):
             elif not (isinstance(value, cst.Name) and value.value == "None"):
                 self.imports.add_local_definition(name)
 
-    def visit_Assign(self, node: cst.Assign) -> None:
+    def on_assign(self, node: cst.Assign, stack) -> None:
         for target in node.targets:
             if isinstance(target.target, (cst.Tuple, cst.List)):
                 for element in target.target.elements:
@@ -267,16 +295,18 @@ class _Indexer(cst.CSTVisitor):
                         self._mutation(element.value)
                 continue
             self._bind(target.target, node.value)
+        push_children(node, stack)
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+    def on_ann_assign(self, node: cst.AnnAssign, stack) -> None:
         if node.value is not None:
             self._bind(node.target, node.value)
         name = dotted_name(node.target)
         if name is not None:
             self.facts.annotated.setdefault(name, []).append(node.annotation.annotation)
+        push_children(node, stack)
 
 
 def index_module(module: cst.Module) -> ModuleFacts:
     facts = ModuleFacts(module=module, imports=ImportTable())
-    module.visit(_Indexer(facts))
+    _Indexer(facts).run()
     return facts

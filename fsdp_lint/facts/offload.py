@@ -83,7 +83,7 @@ def _compute(facts: ModuleFacts) -> List[OffloadEvidence]:
     for wrap in fsdp_modules(facts).wraps:
         device = wrap.kwargs.get("device_id")
         if device is not None and _is_cpu_device(facts, device.value):
-            evidence.append(OffloadEvidence(CPU_DEVICE, device.value))
+            evidence.append(OffloadEvidence(CPU_DEVICE, wrap.site.node))
     return evidence
 
 
