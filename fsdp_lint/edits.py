@@ -118,8 +118,11 @@ def remove_argument(call: "cst.Call", index: int) -> "cst.Call":
     own = prev.comma.whitespace_after if isinstance(prev.comma, cst.Comma) else None
     closing = removed.comma.whitespace_after if isinstance(removed.comma, cst.Comma) else None
     if isinstance(own, cst.ParenthesizedWhitespace) and isinstance(closing, cst.ParenthesizedWhitespace):
+        first_line = own.first_line if own.first_line.comment is not None else closing.first_line
         comma = prev.comma.with_changes(
-            whitespace_after=own.with_changes(indent=closing.indent, last_line=closing.last_line)
+            whitespace_after=own.with_changes(
+                first_line=first_line, indent=closing.indent, last_line=closing.last_line
+            )
         )
         args[-1] = prev.with_changes(comma=comma)
     elif isinstance(own, cst.ParenthesizedWhitespace) and own.first_line.comment is not None:

@@ -186,6 +186,9 @@ class _Positions:
         return self._offsets[id(top)]
 
 
+_COMMENT = re.compile(r"#[^\r\n]*")
+
+
 def _line_breaks(code: str) -> int:
     return len(line_starts(code)) - 1
 
@@ -193,6 +196,8 @@ def _line_breaks(code: str) -> int:
 def _fix_edits(module, positions, starts, text, proposal) -> Optional[Fix]:
     old_code = module.code_for_node(proposal.old)
     new_code = module.code_for_node(proposal.new)
+    if sorted(_COMMENT.findall(old_code)) != sorted(_COMMENT.findall(new_code)):
+        return None  # a fix that would drop or alter a comment is not offered: nothing the user wrote is lost
     rng = positions(proposal.old)
     begin = starts[rng.start.line - 1] + rng.start.column
     end = starts[rng.end.line - 1] + rng.end.column

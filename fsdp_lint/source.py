@@ -10,7 +10,6 @@ was read is never overwritten.
 from __future__ import annotations
 
 import codecs
-import io
 import os
 import re
 import tempfile
@@ -46,8 +45,10 @@ class SourceFile:
 def decode_source(raw: bytes, path: str = "<stdin>") -> SourceFile:
     if b"\x00" in raw:
         raise SourceError("binary file (contains NUL bytes), not Python source")
+    lines = iter(re.findall(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", raw[:4096]))
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+        # PEP 263 looks at the first two lines; split them the way CPython does (\r counts)
+        encoding, _ = tokenize.detect_encoding(lambda: next(lines, b""))
     except SyntaxError as exc:
         raise SourceError(f"bad encoding declaration: {exc}") from None
     bom = raw.startswith(codecs.BOM_UTF8)
