@@ -178,12 +178,12 @@ def _run_rule(argv: Sequence[str]) -> int:
     except UnknownRuleError as exc:
         print(f"fsdp-lint: error: {exc}", file=sys.stderr)
         return 2
+    from fsdp_lint.docs import render_rule
+
     if args.format == "json":
         print(json.dumps(_rule_json(rule, with_doc=True), indent=2))
     else:
-        print(f"# {rule.name} ({rule.code})\n")
-        print(f"Fix is {rule.fix_availability} available.\n" if rule.fix_availability != "never" else "No automatic fix.\n")
-        print(rule.doc)
+        print(render_rule(rule), end="")
     return 0
 
 

@@ -67,3 +67,15 @@ def test_fix_pairs(before):
         assert fixed == after
         libcst.parse_module(fixed)
         assert fix(fixed, unsafe=unsafe) == fixed  # --fix twice equals once
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.rglob("*.py")), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_cheap_stages_never_drop_a_finding(path):
+    """The text markers and the ``ast`` stage only skip files that cannot produce a finding."""
+    from fsdp_lint.engine import ast_confirms, lint_text, wanted_rules
+
+    text = path.read_text()
+    for rule in ALL_RULES:
+        if [d for d in lint_text(text, path.name, [rule]).diagnostics if d.code == rule.code]:
+            assert wanted_rules(text, [rule]) == [rule]
+            assert ast_confirms(text, [rule])

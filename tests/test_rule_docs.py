@@ -64,3 +64,27 @@ def test_selectors_accept_codes_prefixes_names():
     assert len(select_rules(["FSD"])) == len(ALL_RULES)
     assert "FSD001" not in [r.code for r in select_rules(["ALL"], ["FSD001"])]
     assert lookup("fsd001") is lookup("summon-writeback-with-cpu-offload")
+
+
+def test_committed_docs_are_current(tmp_path):
+    from fsdp_lint.docs import write_docs
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    for path in write_docs(tmp_path):
+        committed = docs / path.relative_to(tmp_path)
+        assert committed.read_text() == path.read_text(), f"run: python -m fsdp_lint.docs docs ({committed})"
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_rule_doc_shows_verifier_results_and_markers_are_identifiers(rule):
+    from fsdp_lint.docs import render_rule
+
+    assert "## Verified" in render_rule(rule)
+    assert all(m.isidentifier() for m in rule.markers[0])  # the ast stage matches identifiers
+
+
+def test_readme_fix_column_agrees_with_rules():
+    text = README.read_text()
+    for rule in ALL_RULES:
+        row = re.search(rf"\|\s*{rule.code}\s*\|[^|]*\|\s*([^|]+?)\s*\|", text).group(1)
+        assert (row == "none") == (rule.fix_availability == "never"), rule.code

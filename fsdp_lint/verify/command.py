@@ -129,6 +129,7 @@ def run_verify(argv) -> int:
                 "device": args.device,
                 "nproc": args.nproc,
                 "log_dir": str(root),
+                "machine": _machine(),
                 "results": [
                     {
                         "code": rule.code,
@@ -148,6 +149,21 @@ def run_verify(argv) -> int:
         print(render_table(version, where, results))
     print(f"logs of each rank of each program: {root}{os.sep}", file=sys.stderr)
     return summarize([(rule.code, j) for rule, j in results])
+
+
+def _machine() -> str:
+    import platform
+
+    text = f"{platform.machine()}, {os.cpu_count()} cores"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            text += ", " + ", ".join(names)
+    except Exception:  # noqa: BLE001 - a description only
+        pass
+    return text
 
 
 def render_table(version: str, where: str, results) -> str:
