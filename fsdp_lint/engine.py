@@ -44,33 +44,29 @@ def wanted_rules(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
 
 def ast_confirms(text: str, rules: Sequence[Type[Rule]]) -> bool:
     """Stage 2: a rule's first marker group names an identifier the code really uses
-    (not a string, comment or docstring).  Where ``ast`` cannot parse the file (newer
-    syntax, or invalid), the answer is yes: libcst decides, never at a finding's price."""
-    import ast
+    (an attribute, a global, an imported name; never a string, comment or docstring).
+
+    CPython compiles the file (C speed, nothing is run) and the names of its code objects
+    are searched; measured faster than ``ast.parse`` alone.  Where CPython cannot compile
+    the file (newer syntax, invalid code), the answer is yes: libcst decides, never at a
+    finding's price."""
+    import types
     import warnings
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tree = ast.parse(text)
+            code = compile(text, "<fsdp-lint>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return True
-    wanted = {marker for rule in rules for marker in rule.markers[0]} if rules else set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            name = node.attr
-        elif isinstance(node, ast.Name):
-            name = node.id
-        elif isinstance(node, ast.alias):
-            if wanted.intersection(node.name.split(".")) or node.asname in wanted:
+    wanted = {marker for rule in rules for marker in rule.markers[0]}
+    stack = [code]
+    while stack:
+        code = stack.pop()
+        for name in (*code.co_names, *code.co_varnames, *code.co_cellvars, *code.co_freevars):
+            if name in wanted or ("." in name and wanted.intersection(name.split("."))):
                 return True
-            continue
-        elif isinstance(node, ast.keyword):
-            name = node.arg
-        else:
-            continue
-        if name in wanted:
-            return True
+        stack.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
     return False
 
 

@@ -11,7 +11,11 @@ class OptimizerBeforeWrap(Rule):
     name = "optimizer-before-wrap"
     summary = "optimizer built from a module's parameters before FSDP wraps it, or from the unwrapped module"
     fix_availability = FIX_NEVER
-    markers = (("FullyShardedDataParallel", "fully_shard"), ("parameters(",))
+    markers = (
+        ("FullyShardedDataParallel", "fully_shard"),
+        ("parameters(",),
+        ("optim", "Adam", "SGD", "Adagrad", "Adadelta", "RMSprop", "Rprop", "Lion", "Lamb", "LAMB", "Adafactor"),
+    )
     scenario = Scenario(
         program="fsd101_optimizer_before_wrap.py",
         fixed_program="fsd101_optimizer_before_wrap_fixed.py",

@@ -12,7 +12,8 @@ class CollectiveOnOneRank(Rule):
     summary = "a full state dict or `summon_full_params` (collectives) called only under a rank test: hang"
     fix_availability = FIX_NEVER
     markers = (
-        ("state_dict", "get_model_state_dict", "get_state_dict", "summon_full_params"),
+        # state_dict() counts only on a module this file wraps with FSDP(...)
+        ("FullyShardedDataParallel", "get_model_state_dict", "get_state_dict", "summon_full_params"),
         ("rank", "is_main_process", "is_global_zero", "is_master"),
     )
     scenario = Scenario(
