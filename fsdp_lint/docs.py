@@ -50,13 +50,32 @@ def render_rule(rule) -> str:
     )
 
 
+DIFFERENCES = """## CPU against GPU: what differs
+
+- FSD001: CONFIRMED on CPU with torch 2.13.0 (the whole local shard overwritten) and in one of
+  two runs on torch 2.11 CPU (8 of 6,240 elements); NOT REPRODUCED on 2 GPUs with real
+  `CPUOffload(offload_params=True)` (torch 2.11): there the parameters are on the GPU when
+  `to_cpu()` runs, so `writeback=False` only declares a read-only block.
+- FSD003: CONFIRMED on CPU (torch 2.13.0 and 2.11); SKIPPED on CUDA, where FSDP's parameters
+  live on the GPU and pytorch#188989 cannot be reached.
+- FSD006, FSD103: SKIPPED on CPU (FSD006 needs parameters on a GPU to avoid pytorch#188989;
+  FSD103 needs real CPU parameter offload, which needs CUDA); CONFIRMED on 2 GPUs.
+- FSD002: the slowdown is 1.3-1.4x on 2-core CPU/gloo and 1.2-1.4x on 2 GPUs with a 134M
+  parameter MLP (the GPU scenario uses a wider model; per-step times of a few ms).
+- FSD104: a hang on both; on GPU the first run's fixed program was judged FIX FAILED because
+  the scenario's error pattern matched a benign CUDA "stream mismatch" UserWarning; the
+  pattern was narrowed and FSD104 re-run (the table shows the re-run).
+- Every other rule: the same verdict (CONFIRMED) on CPU and GPU.
+"""
+
+
 def render_verification() -> str:
     from fsdp_lint.verify.command import render_table
 
     parts = ["# Runtime verification\n",
              "Each table is one `fsdp-lint verify --format json` run, as measured (CPU runs use gloo;",
              "GPU runs use NCCL with NVLink multicast off). `fsdp-lint verify` reproduces them on your",
-             "own torch and hardware.\n"]
+             "own torch and hardware.\n", DIFFERENCES]
     from fsdp_lint.rules import BY_CODE
 
     for run in measured_runs():

@@ -43,7 +43,8 @@ on the CPU device, gloo:
   inplace...`; with `rank0_only=True` only rank 0 breaks and the next collective hangs.
 The state-dict paths (`FullStateDictConfig(offload_to_cpu=True, rank0_only=True)` +
 `state_dict()`, `get_model_state_dict` with `cpu_offload=True`) make rank 0 fail or die
-while rank 1 returns `{}`. On torch 2.11 (CPU, gloo) the verifier did not reproduce it.
+while rank 1 returns `{}`. The verifier also reproduced the entry RuntimeError on torch 2.11
+(CPU, gloo); on CUDA the parameters live on the GPU and the bug is not reachable.
 
 ## Example
 ```python

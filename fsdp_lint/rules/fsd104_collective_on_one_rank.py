@@ -21,7 +21,7 @@ class CollectiveOnOneRank(Rule):
         fixed_program="fsd104_collective_on_one_rank_fixed.py",
         hazard="the job hangs (killed at the scenario's timeout) or a rank fails in a mismatched collective",
         hang_is_hazard=True,
-        errors=(r"(Connection closed by peer|Connection reset by peer|[Mm]ismatch|Timed out waiting)",),
+        errors=(r"(Connection closed by peer|Connection reset by peer|Timed out waiting for|Watchdog caught collective operation timeout)",),
         timeout=30.0,
     )
     doc = """\
