@@ -137,10 +137,30 @@ def _lint_cached(source: SourceFile, rules, cache: Optional[Cache]) -> List[Diag
     return diagnostics
 
 
-def needs_parse(source: SourceFile, settings: Settings) -> bool:
-    """Cheap stages only (text markers, then ``ast``): may this file produce a finding?"""
-    rules = wanted_rules(source.text, settings.rules_for(source.path))
-    return bool(rules) and ast_confirms(source.text, rules)
+def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
+    if settings.cache is None or settings.fix or settings.diff:
+        return None
+    return settings.cache.key(source.raw, [rule.code for rule in rules])
+
+
+def cheap_answer(source: SourceFile, settings: Settings) -> Optional[FileReport]:
+    """The file's report when the cheap stages settle it (text markers, the cache, then
+    compiled names), or None when it needs libcst.  A file the name stage clears is cached
+    as clean, so a warm run skips even that stage."""
+    rules = settings.rules_for(source.path)
+    wanted = wanted_rules(source.text, rules)
+    if not wanted:
+        return FileReport(source.path)
+    key = _cache_key(source, rules, settings)
+    if key is not None:
+        hit = settings.cache.get(key, source.path)
+        if hit is not None:
+            return FileReport(source.path, hit)
+    if not ast_confirms(source.text, wanted):
+        if key is not None:
+            settings.cache.put(key, [])
+        return FileReport(source.path)
+    return None
 
 
 def process_file(path: str, settings: Settings) -> FileReport:
@@ -203,10 +223,11 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
         except SourceError as exc:
             reports.append(FileReport(path, [error_diagnostic(IO_ERROR, path, str(exc), exc.row, exc.column)]))
             continue
-        if needs_parse(source, settings):
+        answer = cheap_answer(source, settings)
+        if answer is None:
             pending.append(source)
         else:
-            reports.append(FileReport(path))
+            reports.append(answer)
     if jobs > 1 and len(pending) >= 2:
         reports.extend(_parallel(pending, settings, min(jobs, len(pending))))
     else:

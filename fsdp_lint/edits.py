@@ -7,6 +7,7 @@ and a trailing comma stays a trailing comma.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
@@ -19,7 +20,9 @@ def _cst():
     return libcst
 
 
+@functools.lru_cache(maxsize=64)
 def _value(code: str) -> "cst.BaseExpression":
+    """A parsed literal such as ``False``; nodes are immutable, so one serves every fix."""
     return _cst().parse_expression(code)
 
 

@@ -127,66 +127,7 @@ def _parse(text: str, filename: str):
         )
 
 
-class _Positions:
-    """libcst positions, computed only when a rule reports something, and then only for
-    the top-level statements that hold the reported nodes: libcst's PositionProvider over
-    a whole module costs more than parsing it (40 s against 23 s for a 5 MB file)."""
-
-    def __init__(self, module, tops):
-        self._module = module
-        self._tops = tops
-        self._maps = {}  # id(top statement) -> positions inside it
-        self._offsets = {}  # id(top statement) -> lines before it
-        self._scanned = 0
-        self._lines = None
-        self._whole = None
-
-    def __call__(self, node):
-        from libcst.metadata import CodePosition, CodeRange
-
-        top = self._tops.get(id(node))
-        if top is None:
-            return self._whole_module()[node]
-        rng = self._inside(top)[node]
-        offset = self._line_offset(top)
-        return CodeRange(
-            CodePosition(rng.start.line + offset, rng.start.column),
-            CodePosition(rng.end.line + offset, rng.end.column),
-        )
-
-    def _whole_module(self):
-        if self._whole is None:
-            from libcst.metadata import MetadataWrapper, PositionProvider
-
-            self._whole = MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider)
-        return self._whole
-
-    def _inside(self, top):
-        if id(top) not in self._maps:
-            from libcst.metadata import MetadataWrapper, PositionProvider
-
-            alone = self._module.with_changes(header=[], body=[top], footer=[])
-            self._maps[id(top)] = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-        return self._maps[id(top)]
-
-    def _line_offset(self, top) -> int:
-        module = self._module
-        if self._lines is None:
-            self._lines = sum(_line_breaks(module.code_for_node(line)) for line in module.header)
-        body = module.body
-        while id(top) not in self._offsets and self._scanned < len(body):
-            statement = body[self._scanned]
-            self._offsets[id(statement)] = self._lines
-            self._lines += _line_breaks(module.code_for_node(statement))
-            self._scanned += 1
-        return self._offsets[id(top)]
-
-
 _COMMENT = re.compile(r"#[^\r\n]*")
-
-
-def _line_breaks(code: str) -> int:
-    return len(line_starts(code)) - 1
 
 
 def _fix_edits(module, positions, starts, text, proposal) -> Optional[Fix]:
@@ -194,9 +135,7 @@ def _fix_edits(module, positions, starts, text, proposal) -> Optional[Fix]:
     new_code = module.code_for_node(proposal.new)
     if sorted(_COMMENT.findall(old_code)) != sorted(_COMMENT.findall(new_code)):
         return None  # a fix that would drop or alter a comment is not offered: nothing the user wrote is lost
-    rng = positions(proposal.old)
-    begin = starts[rng.start.line - 1] + rng.start.column
-    end = starts[rng.end.line - 1] + rng.end.column
+    begin, end = positions.offsets(proposal.old)
     if text[begin:end] != old_code:
         return None  # positions disagree with the text: never risk a wrong edit
     prefix = 0
@@ -244,6 +183,7 @@ def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResu
         return result
     result.parsed = True
     from fsdp_lint.facts.index import index_module
+    from fsdp_lint.positions import Positions
 
     try:
         facts = index_module(module)
@@ -252,7 +192,8 @@ def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResu
             error_diagnostic(SYNTAX_ERROR, filename, "file too deeply nested to analyse, file not checked")
         )
         return result
-    positions = _Positions(module, facts.tops)
+    starts = line_starts(text)
+    positions = Positions(module, starts)
     reporter = Reporter(positions)
     owners = []
     for rule in active:
@@ -274,7 +215,6 @@ def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResu
         owners.extend([rule] * (len(reporter.findings) - before))
     if not reporter.findings:
         return result
-    starts = line_starts(text)
     suppressions = Suppressions(text)
     for rule, (node, message, proposal, statement) in zip(owners, reporter.findings):
         rng = positions(node)

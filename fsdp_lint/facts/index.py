@@ -135,7 +135,6 @@ class _Indexer:
     def _enter_statement(self, node: cst.CSTNode, stack: List[object]) -> None:
         """Make ``node`` the current statement until its children are done."""
         self.statements.append(node)
-        self.facts.tops[id(node)] = self.statements[1]
         stack.append(Exit(self.statements.pop))
 
     def on_statement(self, node, stack) -> None:
@@ -252,7 +251,6 @@ class _Indexer:
             bare=id(node) in self.bare_calls,
         )
         self.facts.calls.append(site)
-        self.facts.tops[id(node)] = self.statements[1] if len(self.statements) > 1 else node
         attr = site.attr
         if attr in STEP_ATTRS and isinstance(node.func, cst.Attribute):
             loops = self.frames[-1].loops

@@ -98,9 +98,6 @@ class ModuleFacts:
     bindings: List[Binding] = field(default_factory=list)
     annotated: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
     classes: Dict[str, cst.ClassDef] = field(default_factory=dict)
-    # id(node) -> the top-level statement holding it, for calls and statements: lets
-    # positions be computed for one top-level statement instead of the whole module
-    tops: Dict[int, cst.CSTNode] = field(default_factory=dict)
     _cache: Dict[str, object] = field(default_factory=dict)
 
     def cached(self, key, compute):

@@ -14,7 +14,10 @@ class SummonRank0OnlyEdit(Rule):
     markers = (("summon_full_params",), ("rank",))
     scenario = Scenario(
         program="fsd005_summon_rank0_only_edit.py",
-        fixed_program="fsd005_summon_rank0_only_edit_fixed.py",
+        fixed_by=((
+            "with FSDP.summon_full_params(model, rank0_only=True, writeback=False):",
+            "with FSDP.summon_full_params(model):",
+        ),),
         hazard="after the block, some ranks' shards carry the edit and others do not (ranks diverge)",
     )
     doc = """\

@@ -14,7 +14,15 @@ class StepInsideSummon(Rule):
     markers = (("summon_full_params",),)
     scenario = Scenario(
         program="fsd007_step_inside_summon.py",
-        fixed_program="fsd007_step_inside_summon_fixed.py",
+        fixed_by=((
+            "    with FSDP.summon_full_params(model):\n"
+            "        loss = model(batch).sum()\n"
+            "        loss.backward()\n",
+            "    loss = model(batch).sum()\n"
+            "    loss.backward()\n"
+            "    with FSDP.summon_full_params(model):\n"
+            "        loss = loss + 0 * sum(p.sum() for p in model.parameters())\n",
+        ),),
         hazard="AssertionError at exit (use_orig_params=False), or weights changed with no optimizer step",
         errors=(r"AssertionError: Expects tensor to be unsharded",),
     )

@@ -14,7 +14,10 @@ class SummonWithGradsUnsupported(Rule):
     markers = (("summon_full_params",), ("with_grads",))
     scenario = Scenario(
         program="fsd009_summon_with_grads_unsupported.py",
-        fixed_program="fsd009_summon_with_grads_unsupported_fixed.py",
+        fixed_by=((
+            "model = FSDP(_harness.mlp(), device_id=where)",
+            "model = FSDP(_harness.mlp(), device_id=where, use_orig_params=True)",
+        ),),
         hazard="NotImplementedError: with_grads=..., use_orig_params=..., offload_to_cpu=... is not supported yet",
         errors=(r"NotImplementedError: with_grads=True, use_orig_params=\w+, offload_to_cpu=\w+ is not supported",),
     )

@@ -14,7 +14,11 @@ class SummonOnFullyShard(Rule):
     markers = (("summon_full_params",), ("fully_shard",))
     scenario = Scenario(
         program="fsd011_summon_on_fully_shard.py",
-        fixed_program="fsd011_summon_on_fully_shard_fixed.py",
+        fixed_by=((
+            "    with FSDP.summon_full_params(model, writeback=False):\n"
+            "        seen = [tuple(p.to_local().shape) if hasattr(p, \"to_local\") else tuple(p.shape) for p in model.parameters()]\n",
+            "    seen = [tuple(p.full_tensor().shape) for p in model.parameters()]\n",
+        ),),
         hazard="inside the block the parameters are still sharded DTensors (local shape differs from the full shape)",
     )
     doc = """\

@@ -14,7 +14,12 @@ class SummonNotEntered(Rule):
     markers = (("summon_full_params",),)
     scenario = Scenario(
         program="fsd012_summon_not_entered.py",
-        fixed_program="fsd012_summon_not_entered_fixed.py",
+        fixed_by=((
+            "    FSDP.summon_full_params(model, writeback=False)\n"
+            "    seen = [tuple(p.shape) for p in model.parameters()]\n",
+            "    with FSDP.summon_full_params(model, writeback=False):\n"
+            "        seen = [tuple(p.shape) for p in model.parameters()]\n",
+        ),),
         hazard="after the call the parameters are still sharded (shapes differ from the full ones)",
     )
     doc = """\

@@ -18,7 +18,12 @@ class OptimizerBeforeWrap(Rule):
     )
     scenario = Scenario(
         program="fsd101_optimizer_before_wrap.py",
-        fixed_program="fsd101_optimizer_before_wrap_fixed.py",
+        fixed_by=((
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    model = FSDP(model, device_id=where)\n",
+            "    model = FSDP(model, device_id=where)\n"
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ),),
         hazard="after optimizer steps with non-zero gradients the model's weights have not changed",
     )
     doc = """\

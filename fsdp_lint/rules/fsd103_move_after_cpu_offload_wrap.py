@@ -14,7 +14,11 @@ class MoveAfterCpuOffloadWrap(Rule):
     markers = (("CPUOffload",), (".cuda(", ".to("))
     scenario = Scenario(
         program="fsd103_move_after_cpu_offload_wrap.py",
-        fixed_program="fsd103_move_after_cpu_offload_wrap_fixed.py",
+        fixed_by=((
+            "    model = FSDP(_harness.mlp(), cpu_offload=CPUOffload(offload_params=True))\n"
+            "    model = model.cuda()\n",
+            "    model = FSDP(_harness.mlp(), cpu_offload=CPUOffload(offload_params=True), device_id=local_rank)\n",
+        ),),
         hazard="RuntimeError at the first forward: parameters on cuda with CPU offloading enabled",
         errors=(r"FSDP-managed module with parameter CPU offloading enabled has parameters on",),
         devices=("cuda",),

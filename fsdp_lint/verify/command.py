@@ -54,9 +54,13 @@ def prepare(rule, workdir: Path) -> Tuple[Optional[Path], Optional[Path], Option
     flagged_text = (SCENARIOS / scenario.program).read_text()
     if not [d for d in lint_text(flagged_text, scenario.program, [rule]).diagnostics if d.code == rule.code]:
         return None, None, f"{rule.code} does not fire on its own scenario {scenario.program}"
-    if scenario.fixed_program:
-        fixed_text = (SCENARIOS / scenario.fixed_program).read_text()
-        how = f"hand-written {scenario.fixed_program}"
+    if scenario.fixed_by:
+        fixed_text = flagged_text
+        for old, new in scenario.fixed_by:
+            if fixed_text.count(old) != 1:
+                return None, None, f"the hand-written fix of {rule.code} does not apply: {old.strip()[:60]!r}"
+            fixed_text = fixed_text.replace(old, new)
+        how = "hand-written fix"
     else:
         outcome = fix_text(flagged_text, scenario.program, [rule], unsafe=scenario.unsafe_fix)
         fixed_text = outcome.text

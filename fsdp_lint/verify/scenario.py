@@ -10,7 +10,9 @@ from typing import Dict, Optional, Tuple
 class Scenario:
     program: str  # file name in fsdp_lint/scenarios/
     hazard: str  # what "the hazard happened" means, in words
-    fixed_program: Optional[str] = None  # hand-written fix; None: the rule's own autofix
+    # the hand-written fix, for rules without an autofix: (old, new) replacements applied to
+    # the program, each ``old`` found exactly once; empty: the rule's own autofix
+    fixed_by: Tuple[Tuple[str, str], ...] = ()
     unsafe_fix: bool = False  # the autofix to verify is the unsafe one
     devices: Tuple[str, ...] = ("cpu", "cuda")
     not_on: Dict[str, str] = field(default_factory=dict)  # device -> why it cannot run there

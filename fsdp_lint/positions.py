@@ -1,0 +1,128 @@
+"""Positions of reported nodes, computed only when a rule reports something.
+
+libcst's PositionProvider costs more than the parse itself (measured: 5.5 ms against 1.2
+ms for a 40-line file, 40 s against 23 s for a 5 MB one): it splits every token with a
+regular expression and builds a CodeRange per node, behind a metadata visitor pass.  Here
+one code-generation pass counts characters only and records each node's start and end
+offset (the syntactic span for statements, as PositionProvider has it); since libcst
+reproduces the text exactly, offsets map to rows and columns through the line starts.
+Measured 0.7 ms for the same 40-line file.  If libcst's code-generation internals ever
+change, the metadata provider is used instead.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Dict, List, Tuple
+
+from libcst import Module
+from libcst._nodes.internal import CodegenState
+from libcst._position import CodePosition, CodeRange
+
+
+def _recorded_types():
+    """The node types rules report and hoisted spans refer to; other nodes are not recorded
+    (a lookup in this set is cheaper than recording 600,000 spans for 2,000 small files)."""
+    import libcst as cst
+
+    types = {cst.Call, cst.Decorator, cst.Module, cst.Else, cst.Finally, cst.ExceptHandler}
+    for name in dir(cst):
+        value = getattr(cst, name)
+        if isinstance(value, type) and issubclass(value, (cst.BaseStatement, cst.BaseSmallStatement, cst.BaseSuite)):
+            types.add(value)
+    return frozenset(types)
+
+
+class _OffsetState(CodegenState):
+    def __init__(self, module: Module):
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.offset = 0
+        self.spans: Dict[int, Tuple[int, int]] = {}
+        self._starts: List[int] = []
+
+    def add_indent_tokens(self) -> None:
+        for token in self.indent_tokens:
+            self.offset += len(token)
+
+    def add_token(self, value: str) -> None:
+        self.offset += len(value)
+
+    def before_codegen(self, node) -> None:
+        if type(node) in _RECORDED:
+            self._starts.append(self.offset)
+
+    def after_codegen(self, node) -> None:
+        if type(node) in _RECORDED:
+            start = self._starts.pop()
+            if id(node) not in self.spans:  # a syntactic span recorded inside wins
+                self.spans[id(node)] = (start, self.offset)
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        return _Syntactic(self, node, start_node, end_node)
+
+
+class _Syntactic:
+    """The syntactic span of a node (a plain class: libcst enters one per parenthesizable
+    expression, and a generator-based context manager costs three times as much)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(self, state: _OffsetState, node, start_node, end_node):
+        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+
+    def __enter__(self) -> None:
+        self.start = self.state.offset
+
+    def __exit__(self, *exc) -> None:
+        spans = self.state.spans
+        start, end = self.start, self.state.offset
+        if self.start_node is not None and id(self.start_node) in spans:
+            start = spans[id(self.start_node)][0]
+        if self.end_node is not None and id(self.end_node) in spans:
+            end = spans[id(self.end_node)][1]
+        spans[id(self.node)] = (start, end)
+
+
+_RECORDED = _recorded_types()
+
+
+class Positions:
+    """``positions(node) -> CodeRange`` (1-based lines, 0-based columns, as libcst's)."""
+
+    def __init__(self, module: Module, line_starts: List[int]):
+        self._module = module
+        self._line_starts = line_starts
+        self._spans = None
+        self._fallback = None
+
+    def offsets(self, node) -> Tuple[int, int]:
+        if self._spans is None:
+            try:
+                state = _OffsetState(self._module)
+                self._module._codegen(state)
+                self._spans = state.spans
+            except Exception:  # noqa: BLE001 - libcst internals changed: use the public provider
+                self._spans = {}
+        span = self._spans.get(id(node))
+        if span is None:
+            rng = self._provider()[node]
+            return self._offset(rng.start), self._offset(rng.end)
+        return span
+
+    def __call__(self, node) -> CodeRange:
+        start, end = self.offsets(node)
+        return CodeRange(self._position(start), self._position(end))
+
+    def _position(self, offset: int) -> CodePosition:
+        row = bisect.bisect_right(self._line_starts, offset)
+        return CodePosition(row, offset - self._line_starts[row - 1])
+
+    def _offset(self, position: CodePosition) -> int:
+        return self._line_starts[position.line - 1] + position.column
+
+    def _provider(self):
+        if self._fallback is None:
+            from libcst.metadata import MetadataWrapper, PositionProvider
+
+            self._fallback = MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return self._fallback

@@ -1,0 +1,28 @@
+"""fsdp-lint's own position pass agrees with libcst's PositionProvider on every node it
+records, in every fixture (it relies on libcst's code generation internals)."""
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from fsdp_lint.positions import _RECORDED, Positions
+from fsdp_lint.source import line_starts
+
+FILES = sorted((Path(__file__).resolve().parent.parent / "fixtures").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_positions_match_libcst(path):
+    text = path.read_text()
+    text = text.replace("\n", "\r\n") if "fix" in path.parts else text  # CRLF too
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = Positions(module, line_starts(text))
+    checked = 0
+    for node, rng in expected.items():
+        if type(node) in _RECORDED and not isinstance(node, cst.Module):
+            assert positions(node) == rng, type(node).__name__
+            checked += 1
+    assert checked
