@@ -2,7 +2,6 @@
 checks its own source and torch's distributed package without a crash."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

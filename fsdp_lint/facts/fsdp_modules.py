@@ -90,8 +90,8 @@ def _compute(facts: ModuleFacts) -> FsdpModules:
                 fsdp2.add(wrapped)
             if target is not None:
                 fsdp2.add(target)
-    for name, annotations in facts.annotated.items():
-        for annotation in annotations:
+    for name, hints in facts.annotated.items():
+        for annotation in hints:
             if facts.qualname(annotation) in torch_api.FSDP_CLASS:
                 fsdp1.add(name)
     return FsdpModules(wraps, fsdp1, fsdp2 - fsdp1, fsdp2_wraps)
