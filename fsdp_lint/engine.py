@@ -130,9 +130,22 @@ def _parse(text: str, filename: str):
 _COMMENT = re.compile(r"#[^\r\n]*")
 
 
-def _fix_edits(module, positions, starts, text, proposal) -> Optional[Fix]:
-    old_code = module.code_for_node(proposal.old)
-    new_code = module.code_for_node(proposal.new)
+def _code(module, node, indent: str) -> str:
+    """``node``'s code as it stands in the file: continuation lines of a multi-line call
+    carry the indentation of the block the statement is in (``code_for_node`` alone
+    renders them as if at module level)."""
+    from libcst._nodes.internal import CodegenState
+
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    if indent:
+        state.indent_tokens.append(indent)
+    node._codegen(state)
+    return "".join(state.tokens)
+
+
+def _fix_edits(module, positions, starts, text, proposal, indent: str) -> Optional[Fix]:
+    old_code = _code(module, proposal.old, indent)
+    new_code = _code(module, proposal.new, indent)
     if sorted(_COMMENT.findall(old_code)) != sorted(_COMMENT.findall(new_code)):
         return None  # a fix that would drop or alter a comment is not offered: nothing the user wrote is lost
     begin, end = positions.offsets(proposal.old)
@@ -229,7 +242,11 @@ def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResu
                 last = max(last, srng.end.line)
         if suppressions.suppresses(rule.code, rule.name, first, last):
             continue
-        fix = _fix_edits(module, positions, starts, text, proposal) if proposal else None
+        fix = None
+        if proposal:
+            line = text[starts[first - 1]:starts[first] if first < len(starts) else len(text)]
+            indent = line[: len(line) - len(line.lstrip(" \t"))]
+            fix = _fix_edits(module, positions, starts, text, proposal, indent)
         result.diagnostics.append(
             Diagnostic(
                 code=rule.code,
