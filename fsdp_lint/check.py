@@ -171,67 +171,79 @@ def process_file(path: str, settings: Settings) -> FileReport:
     return process_source(source, settings)
 
 
-def _worker(args) -> FileReport:
-    source, settings = args
-    return process_source(source, settings)
+_WORKER_SETTINGS: Optional[Settings] = None
 
 
-def _pool(workers: int):
+def _init_worker(settings: Settings) -> None:
+    """Runs once in each worker: the settings arrive once, not with every file."""
+    global _WORKER_SETTINGS
+    _WORKER_SETTINGS = settings
+    import libcst  # noqa: F401 - imported while the parent is still reading files
+
+
+def _worker(source: SourceFile) -> FileReport:
+    return process_source(source, _WORKER_SETTINGS)
+
+
+def _pool(workers: int, settings: Settings):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    return ProcessPoolExecutor(workers, mp_context=context)
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(settings,))
 
 
-def _parallel(pending: List[SourceFile], settings: Settings, workers: int) -> List[FileReport]:
-    """Lint in worker processes.  A worker that dies (a crash in native code) breaks the
-    pool; the files it left undone are retried one process each, so the one that crashes
-    is named in an FSD901 diagnostic and every other file still gets its answer."""
-    from concurrent.futures import as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    reports: List[FileReport] = []
-    retry: List[SourceFile] = []
-    with _pool(workers) as pool:
-        futures = {pool.submit(_worker, (source, settings)): source for source in pending}
-        for future in as_completed(futures):
-            try:
-                reports.append(future.result())
-            except BrokenProcessPool:
-                retry.append(futures[future])
-    for source in retry:
-        with _pool(1) as pool:
-            try:
-                reports.append(pool.submit(_worker, (source, settings)).result())
-            except BrokenProcessPool:
-                reports.append(FileReport(source.path, [error_diagnostic(
-                    INTERNAL_ERROR, source.path,
-                    "the linter process crashed on this file (native code); file not checked; please report it",
-                )]))
-    return reports
+def _crashed(source: SourceFile) -> FileReport:
+    return FileReport(source.path, [error_diagnostic(
+        INTERNAL_ERROR, source.path,
+        "the linter process crashed on this file (native code); file not checked; please report it",
+    )])
 
 
 def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[FileReport]:
-    """Read every file once; files the cheap stages clear are done at once, the rest
-    (which need libcst) are spread over ``jobs`` processes when there are enough of them."""
+    """Read every file once; files the cheap stages settle are answered at once.  The rest
+    need libcst: with ``jobs`` > 1 each is handed to a worker process as soon as it is
+    found, so parsing overlaps reading.  A worker that dies (a crash in native code)
+    breaks the pool; its files are retried one process each, so the file that crashes
+    is named in an FSD901 diagnostic and every other file still gets its answer."""
+    from concurrent.futures.process import BrokenProcessPool
+
     reports: List[FileReport] = []
     pending: List[SourceFile] = []
-    for path in paths:
-        try:
-            source = read_source(path)
-        except SourceError as exc:
-            reports.append(FileReport(path, [error_diagnostic(IO_ERROR, path, str(exc), exc.row, exc.column)]))
-            continue
-        answer = cheap_answer(source, settings)
-        if answer is None:
-            pending.append(source)
-        else:
-            reports.append(answer)
-    if jobs > 1 and len(pending) >= 2:
-        reports.extend(_parallel(pending, settings, min(jobs, len(pending))))
-    else:
-        reports.extend(process_source(source, settings) for source in pending)
+    pool = None
+    futures = []
+    retry: List[SourceFile] = []
+    try:
+        for path in paths:
+            try:
+                source = read_source(path)
+            except SourceError as exc:
+                reports.append(FileReport(path, [error_diagnostic(IO_ERROR, path, str(exc), exc.row, exc.column)]))
+                continue
+            answer = cheap_answer(source, settings)
+            if answer is not None:
+                reports.append(answer)
+            elif jobs > 1 and len(paths) > 1:
+                if pool is None:
+                    pool = _pool(jobs, settings)
+                futures.append((source, pool.submit(_worker, source)))
+            else:
+                pending.append(source)
+        for source, future in futures:
+            try:
+                reports.append(future.result())
+            except BrokenProcessPool:
+                retry.append(source)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    for source in retry:
+        with _pool(1, settings) as single:
+            try:
+                reports.append(single.submit(_worker, source).result())
+            except BrokenProcessPool:
+                reports.append(_crashed(source))
+    reports.extend(process_source(source, settings) for source in pending)
     return reports
 
 

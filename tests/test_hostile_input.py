@@ -171,3 +171,23 @@ def test_the_linter_never_imports_torch(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_worker_crash_names_the_file_and_the_others_finish(tmp_path, monkeypatch):
+    """A crash in native code kills a worker process: the pool must not hang, the file
+    that crashed gets FSD901, and every other file still gets its findings."""
+    from fsdp_lint import check
+
+    real = check.process_source
+
+    def dying(source, settings, write=True):
+        if source.path.endswith("boom.py"):
+            os._exit(1)  # what a C-stack overflow in the parser looks like from outside
+        return real(source, settings, write)
+
+    monkeypatch.setattr(check, "process_source", dying)  # inherited by the forked workers
+    for name in ("a.py", "boom.py", "c.py"):
+        (tmp_path / name).write_bytes(GOOD)
+    reports = check.run_files([str(tmp_path / n) for n in ("a.py", "boom.py", "c.py")], check.Settings(), jobs=2)
+    codes = {Path(r.path).name: {d.code for d in r.diagnostics} for r in reports}
+    assert codes == {"a.py": {"FSD001"}, "boom.py": {"FSD901"}, "c.py": {"FSD001"}}
