@@ -143,7 +143,7 @@ def _code(module, node, indent: str) -> str:
     return "".join(state.tokens)
 
 
-def _fix_edits(module, positions, starts, text, proposal, indent: str) -> Optional[Fix]:
+def _fix_edits(module, positions, text, proposal, indent: str) -> Optional[Fix]:
     old_code = _code(module, proposal.old, indent)
     new_code = _code(module, proposal.new, indent)
     if sorted(_COMMENT.findall(old_code)) != sorted(_COMMENT.findall(new_code)):
@@ -169,8 +169,8 @@ def _fix_edits(module, positions, starts, text, proposal, indent: str) -> Option
         (
             Edit(
                 content,
-                _location(starts, edit_start),
-                _location(starts, edit_end),
+                _location(positions, edit_start),
+                _location(positions, edit_end),
                 edit_start,
                 edit_end,
             ),
@@ -178,11 +178,9 @@ def _fix_edits(module, positions, starts, text, proposal, indent: str) -> Option
     )
 
 
-def _location(starts: List[int], offset: int) -> Location:
-    import bisect
-
-    row = bisect.bisect_right(starts, offset)
-    return Location(row, offset - starts[row - 1] + 1)
+def _location(positions, offset: int) -> Location:
+    position = positions.position(offset)
+    return Location(position.line, position.column + 1)
 
 
 def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResult:
@@ -228,6 +226,8 @@ def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResu
         owners.extend([rule] * (len(reporter.findings) - before))
     if not reporter.findings:
         return result
+    import libcst as cst  # already loaded by the parse
+
     suppressions = Suppressions(text)
     for rule, (node, message, proposal, statement) in zip(owners, reporter.findings):
         rng = positions(node)
@@ -236,8 +236,6 @@ def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResu
         if statement is not None:
             srng = positions(statement)
             first = min(first, srng.start.line)
-            import libcst as cst
-
             if isinstance(statement, cst.SimpleStatementLine):
                 last = max(last, srng.end.line)
         if suppressions.suppresses(rule.code, rule.name, first, last):
@@ -246,7 +244,7 @@ def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResu
         if proposal:
             line = text[starts[first - 1]:starts[first] if first < len(starts) else len(text)]
             indent = line[: len(line) - len(line.lstrip(" \t"))]
-            fix = _fix_edits(module, positions, starts, text, proposal, indent)
+            fix = _fix_edits(module, positions, text, proposal, indent)
         result.diagnostics.append(
             Diagnostic(
                 code=rule.code,

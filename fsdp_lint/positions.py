@@ -111,9 +111,10 @@ class Positions:
 
     def __call__(self, node) -> CodeRange:
         start, end = self.offsets(node)
-        return CodeRange(self._position(start), self._position(end))
+        return CodeRange(self.position(start), self.position(end))
 
-    def _position(self, offset: int) -> CodePosition:
+    def position(self, offset: int) -> CodePosition:
+        """The row (1-based) and column (0-based) of a character offset in the text."""
         row = bisect.bisect_right(self._line_starts, offset)
         return CodePosition(row, offset - self._line_starts[row - 1])
 

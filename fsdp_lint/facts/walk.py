@@ -20,7 +20,7 @@ _NO_CHILDREN = frozenset(
         "whitespace", "lpar", "rpar", "leading_lines", "lines_after_decorators", "header", "footer",
         "comma", "semicolon", "equal", "colon", "dot", "operator", "newline", "indent",
         "trailing_whitespace", "asynchronous", "first_line", "empty_lines", "last_line",
-        "default_newline", "default_indent", "encoding", "star", "star_tok", "arrow", "footer",
+        "default_newline", "default_indent", "encoding", "star", "star_tok", "arrow",
     }
 )
 _FIELDS: Dict[type, Tuple[str, ...]] = {}
