@@ -21,7 +21,6 @@ def main():
     rank, _, device, local_rank = _harness.init()
     net = _harness.mlp()
     full_size = sum(p.numel() for p in net.parameters())
-    full_size = sum(p.numel() for p in net.parameters())
     if device == "cpu":
         model = FSDP(net, device_id=torch.device("cpu"), use_orig_params=True)
     else:
@@ -36,14 +35,13 @@ def main():
     with FSDP.summon_full_params(model, offload_to_cpu=True):
         names = [name for name, _ in model.named_parameters()]  # reads no tensor data
         scratch = torch.full((full_size,), 0.5)  # the block's own work memory, no parameter in it
-        scratch = torch.full((full_size,), 0.5)  # the block's own work memory, no parameter in it
     after = [h.flat_param.detach().to("cpu", copy=True) for h in handles]
     changed = sum(int((a != b).sum()) for a, b in zip(after, before))
     total = sum(b.numel() for b in before)
     _harness.report(
         hazard=changed > 0,
         detail=f"{changed}/{total} local shard elements changed by a read-only summon of {len(names)} parameters"
-        f" (scratch sum {float(scratch.sum()):.0f})",
+        f" ({scratch.numel()} elements of scratch memory used in the block)",
         changed=changed,
         total=total,
     )
