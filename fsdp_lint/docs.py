@@ -52,8 +52,9 @@ def render_rule(rule) -> str:
 
 DIFFERENCES = """## CPU against GPU: what differs
 
-- FSD001: CONFIRMED on CPU with torch 2.13.0 (the whole local shard overwritten) and in one of
-  two runs on torch 2.11 CPU (8 of 6,240 elements); NOT REPRODUCED on 2 GPUs with real
+- FSD001: CONFIRMED on CPU with torch 2.13.0 and 2.11 (the whole local shard overwritten with
+  the block's scratch data). The first 2.11 CPU run, with a block that allocated nothing, came
+  out clean: what lands in the shard is whatever reuses the freed memory. NOT REPRODUCED on 2 GPUs with real
   `CPUOffload(offload_params=True)` (torch 2.11): there the parameters are on the GPU when
   `to_cpu()` runs, so `writeback=False` only declares a read-only block.
 - FSD003: CONFIRMED on CPU (torch 2.13.0 and 2.11); SKIPPED on CUDA, where FSDP's parameters

@@ -37,9 +37,11 @@ parameters live on the CPU this path silently overwrote shards in pytorch/pytorc
 on torch 2.13.0, FSDP on the CPU device, `summon_full_params(m, offload_to_cpu=True)` with
 the default writeback overwrites the local shard with freed memory on exit, even when the
 block never touched a parameter (8 elements to 100 % of the shard, random per rank and run).
-`writeback=False` keeps the shard intact. Fixed in torch 2.14.1. On torch 2.11 (CPU, gloo)
-the verifier saw it once in two runs (8 of 6,240 elements changed): the damage depends on
-what the freed memory holds.
+`writeback=False` keeps the shard intact. Fixed in torch 2.14.1. What lands in the shard is
+whatever reused the freed memory: a block that allocates anything (here a scratch tensor)
+gets its own data written into the parameters; a block that allocates nothing can come out
+unchanged by chance (1 run in 8 on torch 2.13.0). The verifier reproduced it on torch 2.13.0
+and 2.11 (CPU, gloo).
 
 Where it was *not* reproduced: on 2 GPUs with real `CPUOffload(offload_params=True)` (torch
 2.11, NCCL) every combination of `offload_to_cpu`, `writeback`, `rank0_only` and
