@@ -1,19 +1,29 @@
-"""Which expressions denote torch FSDP: the class, its constructions, wrapped modules.
+"""FSDP constructions, what a model expression is, and each construction's configuration.
 
-Derived from the traversal's records on first use and cached on the ``ModuleFacts``.
+- ``fsdp_modules(facts)``: every torch FSDP construction in the module (``FSDP(m, ...)``,
+  also through ``functools.partial(FSDP, ...)``; FSDP2 ``fully_shard(m, ...)``), and the
+  file-level name sets (``fsdp1``/``fsdp2``) kept for sites whose model cannot be resolved.
+- ``origins(facts, expr, ctx, order)``: the constructions a model expression at a site may
+  come from (``facts.dataflow``), whether every path was followed, and whether some path
+  leads to a module that is not FSDP-wrapped at that point.
+- ``wrap_config(facts, origin)``: a construction's effective configuration (offload,
+  device, ``use_orig_params``, sharding strategy), through variables, module constants,
+  dicts passed as ``**kwargs``, ``functools.partial``, conditional expressions and the
+  arguments of in-file wrapper functions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Set
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.dataflow import Source, Sources, sources
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.model import CallSite, ModuleFacts
-from fsdp_lint.facts.values import keyword_args, literal_bool, UNKNOWN
+from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
+from fsdp_lint.facts.values import UNKNOWN, keyword_args, literal_bool, literal_string
 
 
 @dataclass(eq=False)
@@ -25,37 +35,43 @@ class FsdpWrap:
     wrapped: Optional[str]  # dotted name of the module passed in
     kwargs: Dict[str, cst.Arg]
     fsdp2: bool = False  # ``fully_shard(module)`` rather than ``FSDP(module)``
+    stars: Tuple[cst.BaseExpression, ...] = ()  # ``**cfg`` arguments
+    partial: Optional[Source] = None  # ``functools.partial(FSDP, ...)`` this call goes through
 
     @property
-    def use_orig_params(self):
-        if self.fsdp2:
-            return None
-        arg = self.kwargs.get("use_orig_params")
-        return False if arg is None else literal_bool(arg.value)
+    def row_node(self) -> cst.CSTNode:
+        return self.site.node
+
+
+@dataclass(frozen=True)
+class Origin:
+    wrap: FsdpWrap
+    via: Tuple[cst.Call, ...] = ()
+
+
+@dataclass
+class Origins:
+    wraps: List[Origin] = field(default_factory=list)
+    complete: bool = True  # every path was followed (False: some path is not visible here)
+    plain: bool = False  # some path leads to a module that is not FSDP-wrapped there
 
     @property
-    def sharding_strategy(self) -> Optional[str]:
-        """The ShardingStrategy member name when written literally, 'FULL_SHARD' when absent."""
-        arg = self.kwargs.get("sharding_strategy")
-        if arg is None:
-            return "FULL_SHARD"
-        if isinstance(arg.value, cst.Attribute):
-            return arg.value.attr.value
-        return None
+    def fsdp1(self) -> List[Origin]:
+        return [o for o in self.wraps if not o.wrap.fsdp2]
+
+    @property
+    def fsdp2(self) -> List[Origin]:
+        return [o for o in self.wraps if o.wrap.fsdp2]
 
 
 @dataclass
 class FsdpModules:
     wraps: List[FsdpWrap]
-    fsdp1: Set[str]  # dotted names holding an FSDP1-wrapped module
+    fsdp1: Set[str]  # dotted names holding an FSDP1-wrapped module somewhere in the file
     fsdp2: Set[str]  # dotted names passed to / bound from fully_shard
     fsdp2_wraps: List[FsdpWrap]
-
-    def wrap_for(self, dotted: Optional[str]) -> Optional[FsdpWrap]:
-        for wrap in self.wraps:
-            if dotted is not None and wrap.target == dotted:
-                return wrap
-        return None
+    events: List[Binding]  # in-place ``fully_shard(m)``: from there on ``m`` is FSDP2-sharded
+    by_call: Dict[int, FsdpWrap] = field(default_factory=dict)
 
 
 def _first_positional(call: cst.Call) -> Optional[str]:
@@ -67,34 +83,68 @@ def _first_positional(call: cst.Call) -> Optional[str]:
     return dotted_name(module.value) if module is not None else None
 
 
+def _stars(call: cst.Call) -> Tuple[cst.BaseExpression, ...]:
+    return tuple(a.value for a in call.args if a.star == "**")
+
+
+def _is_fsdp_partial(facts: ModuleFacts, value: cst.BaseExpression) -> bool:
+    return (
+        isinstance(value, cst.Call)
+        and facts.qualname(value.func) == "functools.partial"
+        and bool(value.args)
+        and facts.qualname(value.args[0].value) in torch_api.FSDP_CLASS
+    )
+
+
+def _partial_of_fsdp(facts: ModuleFacts, site: CallSite) -> Optional[Source]:
+    """``wrap = functools.partial(FSDP, **cfg)``; ``wrap(m)``: the partial(...) call."""
+    func = site.node.func
+    if facts.qualname(func) is not None:
+        return None
+    for source in sources(facts, func, site.ctx, site.order).found:
+        if _is_fsdp_partial(facts, source.expr):
+            return source
+    return None
+
+
 def _compute(facts: ModuleFacts) -> FsdpModules:
-    targets = {id(b.value): b.target for b in facts.bindings}
+    targets = {id(b.value): b.target for b in facts.bindings if b.index is None and b.kind == "assign"}
     wraps: List[FsdpWrap] = []
     fsdp2_wraps: List[FsdpWrap] = []
     fsdp1: Set[str] = set()
     fsdp2: Set[str] = set()
+    events: List[Binding] = []
+    partial_names = {b.target for b in facts.bindings if _is_fsdp_partial(facts, b.value)}
     for site in facts.calls:
+        if site.attr is None:
+            continue
         qualname = facts.qualname(site.node.func)
-        if qualname in torch_api.FSDP_CLASS:
-            target = targets.get(id(site.node))
-            wraps.append(
-                FsdpWrap(site, target, _first_positional(site.node), keyword_args(site.node))
-            )
+        partial = None
+        if qualname not in torch_api.FSDP_CLASS and qualname not in torch_api.FULLY_SHARD:
+            if dotted_name(site.node.func) not in partial_names:
+                continue
+            partial = _partial_of_fsdp(facts, site)
+            if partial is None:
+                continue
+        target = targets.get(id(site.node))
+        wrapped = _first_positional(site.node)
+        if qualname in torch_api.FULLY_SHARD:
+            wrap = FsdpWrap(site, target, wrapped, keyword_args(site.node), True, _stars(site.node))
+            fsdp2_wraps.append(wrap)
+            fsdp2.update(n for n in (wrapped, target) if n is not None)
+            if wrapped is not None:
+                events.append(Binding(wrapped, site.node, site.ctx, site.order, "event"))
+        else:
+            wrap = FsdpWrap(site, target, wrapped, keyword_args(site.node), False, _stars(site.node), partial)
+            wraps.append(wrap)
             if target is not None:
                 fsdp1.add(target)
-        elif qualname in torch_api.FULLY_SHARD:
-            wrapped = _first_positional(site.node)
-            target = targets.get(id(site.node))
-            fsdp2_wraps.append(FsdpWrap(site, target, wrapped, keyword_args(site.node), fsdp2=True))
-            if wrapped is not None:
-                fsdp2.add(wrapped)
-            if target is not None:
-                fsdp2.add(target)
     for name, hints in facts.annotated.items():
         for annotation in hints:
             if facts.qualname(annotation) in torch_api.FSDP_CLASS:
                 fsdp1.add(name)
-    return FsdpModules(wraps, fsdp1, fsdp2 - fsdp1, fsdp2_wraps)
+    by_call = {id(w.site.node): w for w in wraps + fsdp2_wraps}
+    return FsdpModules(wraps, fsdp1, fsdp2 - fsdp1, fsdp2_wraps, events, by_call)
 
 
 def fsdp_modules(facts: ModuleFacts) -> FsdpModules:
@@ -106,4 +156,204 @@ def other_fsdp_imported(facts: ModuleFacts) -> bool:
     return facts.imports.imports_from("fairscale")
 
 
-__all__ = ["FsdpWrap", "FsdpModules", "fsdp_modules", "other_fsdp_imported", "UNKNOWN"]
+# -- what a model expression is -------------------------------------------------------
+def _is_plain_module(facts: ModuleFacts, expr: cst.BaseExpression) -> bool:
+    """A value that is certainly not an FSDP-wrapped module: a class of this file, a
+    ``torch.nn`` module, ``DistributedDataParallel``, a ``from_pretrained``/``from_config``."""
+    if not isinstance(expr, cst.Call):
+        return False
+    func = expr.func
+    qualname = facts.qualname(func) or ""
+    if qualname.startswith("torch.nn.") and not qualname.startswith("torch.nn.utils"):
+        return True
+    if isinstance(func, cst.Name) and func.value in facts.classes and qualname == "":
+        return True
+    return isinstance(func, cst.Attribute) and func.attr.value in ("from_pretrained", "from_config")
+
+
+def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: int) -> Origins:
+    modules = fsdp_modules(facts)
+    if expr is None:
+        return Origins(complete=False)
+    found: Sources = sources(facts, expr, ctx, order, extra=tuple(modules.events))
+    result = Origins(complete=found.complete)
+    for source in found.found:
+        wrap = modules.by_call.get(id(source.expr))
+        if wrap is not None:
+            result.wraps.append(Origin(wrap, source.via))
+        elif _is_plain_module(facts, source.expr):
+            result.plain = True
+        else:
+            result.complete = False
+    return result
+
+
+# -- a construction's configuration ---------------------------------------------------
+@dataclass
+class Argument:
+    known: bool  # False: hidden behind ``**cfg`` we cannot read
+    sources: Sources = field(default_factory=Sources)  # empty: absent (the default)
+
+
+def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Tuple[Dict[str, Source], bool]]]:
+    """The dicts ``**expr`` may expand to: (entries, complete) each; None when unreadable."""
+    result = []
+    found = sources(facts, expr, ctx, order, via)
+    if not found.complete or not found.found:
+        return None
+    for source in found.found:
+        value = source.expr
+        entries: Dict[str, Source] = {}
+        if isinstance(value, cst.Dict):
+            for element in value.elements:
+                if not isinstance(element, cst.DictElement):
+                    return None  # ``{**other}``
+                key = literal_string(element.key)
+                if key is None:
+                    return None
+                entries[key] = Source(element.value, source.ctx, source.order, source.via)
+        elif isinstance(value, cst.Call) and dotted_name(value.func) == "dict" and facts.qualname(value.func) is None:
+            for arg in value.args:
+                if arg.star or arg.keyword is None:
+                    return None
+                entries[arg.keyword.value] = Source(arg.value, source.ctx, source.order, source.via)
+        else:
+            return None
+        result.append(entries)
+    return result
+
+
+def argument(facts: ModuleFacts, origin: Origin, name: str) -> Argument:
+    wrap = origin.wrap
+    site = wrap.site
+    arg = wrap.kwargs.get(name)
+    if arg is not None:
+        return Argument(True, sources(facts, arg.value, site.ctx, site.order, origin.via))
+    result = Argument(True)
+    layers: List[Tuple[Tuple[cst.BaseExpression, ...], object, int, Tuple[cst.Call, ...]]] = [
+        (wrap.stars, site.ctx, site.order, origin.via)
+    ]
+    if wrap.partial is not None:
+        partial = wrap.partial
+        call = partial.expr
+        explicit = keyword_args(call).get(name)
+        if explicit is not None:
+            return Argument(True, sources(facts, explicit.value, partial.ctx, partial.order, partial.via))
+        layers.append((_stars(call), partial.ctx, partial.order, partial.via))
+    for stars, ctx, order, via in layers:
+        for star in stars:
+            dicts = _dict_entries(facts, star, ctx, order, via)
+            if dicts is None:
+                return Argument(False)
+            for entries in dicts:
+                if name in entries:
+                    entry = entries[name]
+                    result.sources.add(sources(facts, entry.expr, entry.ctx, entry.order, entry.via))
+    return result
+
+
+@dataclass
+class WrapConfig:
+    offload: object  # True (parameters kept on the CPU, possibly), False, or UNKNOWN
+    offload_node: Optional[cst.CSTNode]  # the CPUOffload(...)/CPUOffloadPolicy(...) call
+    cpu_device: bool  # ``device_id`` on the CPU device
+    use_orig_params: object  # True, False or UNKNOWN
+    sharding: object  # set of ShardingStrategy member names it may be, or UNKNOWN
+
+
+def _bool_value(facts: ModuleFacts, arg: Argument, default: bool):
+    if not arg.known:
+        return UNKNOWN
+    if not arg.sources.found and arg.sources.complete:
+        return default
+    values = {literal_bool(s.expr) for s in arg.sources.found}
+    if not arg.sources.complete or UNKNOWN in values or len(values) != 1:
+        return UNKNOWN
+    return values.pop()
+
+
+def _is_cpu_device(facts: ModuleFacts, source: Source) -> bool:
+    expr = source.expr
+    text = literal_string(expr)
+    if text is not None:
+        return text == "cpu" or text.startswith("cpu:")
+    if isinstance(expr, cst.Call) and facts.qualname(expr.func) in torch_api.TORCH_DEVICE:
+        first = next((a for a in expr.args if (a.keyword is None and not a.star) or (a.keyword and a.keyword.value == "type")), None)
+        if first is None:
+            return False
+        return any(_is_cpu_device(facts, s) for s in sources(facts, first.value, source.ctx, source.order, source.via).found)
+    return False
+
+
+def offload_call(facts: ModuleFacts, source: Source) -> object:
+    """True when ``source`` is ``CPUOffload(offload_params=True)`` / ``CPUOffloadPolicy()``,
+    False when it is an offload object that keeps parameters on the device (or None),
+    UNKNOWN otherwise."""
+    expr = source.expr
+    if isinstance(expr, cst.Name) and expr.value == "None":
+        return False
+    if not isinstance(expr, cst.Call):
+        return UNKNOWN
+    qualname = facts.qualname(expr.func)
+    if qualname in torch_api.CPU_OFFLOAD_POLICY:
+        return True
+    if qualname not in torch_api.CPU_OFFLOAD:
+        return UNKNOWN
+    first = next((a for a in expr.args if a.keyword is None and not a.star), None)
+    arg = keyword_args(expr).get("offload_params", first)
+    if arg is None:
+        return False
+    values = {literal_bool(s.expr) for s in sources(facts, arg.value, source.ctx, source.order, source.via).found}
+    return True if True in values else (False if values == {False} else UNKNOWN)
+
+
+def wrap_config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
+    key = ("wrap_config", id(origin.wrap.site.node), tuple(id(c) for c in origin.via))
+    if key not in facts._cache:
+        facts._cache[key] = _config(facts, origin)
+    return facts._cache[key]
+
+
+def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
+    wrap = origin.wrap
+    offload_arg = argument(facts, origin, "offload_policy" if wrap.fsdp2 else "cpu_offload")
+    offload: object = False
+    offload_node = None
+    if not offload_arg.known:
+        offload = UNKNOWN
+    else:
+        answers = []
+        for source in offload_arg.sources.found:
+            answer = offload_call(facts, source)
+            answers.append(answer)
+            if answer is True and offload_node is None:
+                offload_node = source.expr
+        if True in answers:
+            offload = True  # a conditional that may offload is an offload configuration
+        elif UNKNOWN in answers or not offload_arg.sources.complete:
+            offload = UNKNOWN
+    device = argument(facts, origin, "device_id")
+    cpu_device = device.known and any(_is_cpu_device(facts, s) for s in device.sources.found)
+    use_orig = UNKNOWN if wrap.fsdp2 else _bool_value(facts, argument(facts, origin, "use_orig_params"), False)
+    sharding: object = UNKNOWN
+    if not wrap.fsdp2:
+        strategy = argument(facts, origin, "sharding_strategy")
+        if strategy.known and strategy.sources.complete:
+            names = set()
+            for source in strategy.sources.found:
+                if isinstance(source.expr, cst.Attribute):
+                    names.add(source.expr.attr.value)
+                elif isinstance(source.expr, cst.Name) and source.expr.value == "None":
+                    names.add("FULL_SHARD")
+                else:
+                    names = None
+                    break
+            if names is not None:
+                sharding = names or {"FULL_SHARD"}
+    return WrapConfig(offload, offload_node, cpu_device, use_orig, sharding)
+
+
+__all__ = [
+    "FsdpWrap", "FsdpModules", "Origin", "Origins", "WrapConfig", "fsdp_modules", "origins", "wrap_config",
+    "offload_call", "other_fsdp_imported", "UNKNOWN",
+]

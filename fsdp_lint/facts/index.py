@@ -16,10 +16,12 @@ from fsdp_lint.facts.model import (
     Binding,
     CallSite,
     Context,
+    FunctionInfo,
     Guard,
     Loop,
     ModuleFacts,
     Mutation,
+    Return,
     WithBlock,
 )
 from fsdp_lint.facts.walk import Exit, push_children, walk
@@ -60,14 +62,24 @@ def _is_periodic(test: cst.BaseExpression) -> bool:
     return False
 
 
-def _ends_loop(body: cst.BaseSuite) -> bool:
+_EXITS = {cst.Return: "return", cst.Raise: "raise", cst.Continue: "continue", cst.Break: "break"}
+
+
+def _exit_kind(body: Optional[cst.BaseSuite]) -> str:
+    """How a block ends unconditionally: "return", "raise", "continue", "break" or ""."""
     statements = getattr(body, "body", ())
     if not statements:
-        return False
+        return ""
     last = statements[-1]
     if isinstance(last, cst.SimpleStatementLine) and last.body:
-        return isinstance(last.body[-1], (cst.Break, cst.Return, cst.Raise))
-    return False
+        return _EXITS.get(type(last.body[-1]), "")
+    if isinstance(body, cst.SimpleStatementSuite):
+        return _EXITS.get(type(last), "")
+    return ""
+
+
+def _ends_loop(body: cst.BaseSuite) -> bool:
+    return _exit_kind(body) in ("break", "return", "raise")
 
 
 _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
@@ -103,6 +115,8 @@ class _Indexer:
             cst.Assign: self.on_assign,
             cst.AnnAssign: self.on_ann_assign,
             cst.SimpleStatementLine: self.on_statement,
+            cst.IndentedBlock: self.on_block,
+            cst.Return: self.on_return,
         }
         for kind in (cst.Try, cst.TryStar, cst.Match) if hasattr(cst, "TryStar") else (cst.Try, cst.Match):
             self.handlers[kind] = self.on_statement
@@ -141,6 +155,17 @@ class _Indexer:
         self._enter_statement(node, stack)
         push_children(node, stack)
 
+    def on_block(self, node: cst.IndentedBlock, stack) -> None:
+        """Guards added by early exits inside a block end with the block."""
+        depth = len(self.frames[-1].guards)
+        stack.append(Exit(lambda: self._update(guards=self.frames[-1].guards[:depth])))
+        push_children(node, stack)
+
+    def on_return(self, node: cst.Return, stack) -> None:
+        if self.frames[-1].function is not None:
+            self.facts.returns.append(Return(node.value, self._context(), self._next()))
+        push_children(node, stack)
+
     # -- imports and definitions ------------------------------------------------------
     def on_import(self, node: cst.Import, stack) -> None:
         self.imports.add_import(node)
@@ -167,6 +192,9 @@ class _Indexer:
     def on_function(self, node: cst.FunctionDef, stack) -> None:
         if len(self.frames) == 1:
             self.imports.add_local_definition(node.name.value)
+        frame = self.frames[-1]
+        method_of = frame.class_def if frame.function is None else None
+        self.facts.functions.setdefault(node.name.value, []).append(FunctionInfo(node, method_of))
         params = node.params
         outside = [d.decorator for d in node.decorators]
         for param in (*params.posonly_params, *params.params, *params.kwonly_params):
@@ -192,27 +220,51 @@ class _Indexer:
         stack.extend(reversed(outside))
 
     def on_for(self, node: cst.For, stack) -> None:
+        self._bind_targets(node.target, node.iter, "for")
         self._loop(node, stack, [node.target, node.iter], node.body, node.orelse)
 
     def on_while(self, node: cst.While, stack) -> None:
         self._loop(node, stack, [node.test], node.body, node.orelse)
 
+    def _new_guard(self, node: cst.If, branch, which: str, after_exit: str = "") -> Guard:
+        frame = self.frames[-1]
+        return Guard(
+            node=node,
+            loop_depth=len(frame.loops),
+            with_depth=len(frame.withs),
+            periodic=_is_periodic(node.test),
+            leaves_loop=_ends_loop(branch) if branch is not None else False,
+            branch=which,
+            after_exit=after_exit,
+        )
+
     def _guard(self, node: cst.If, branch, which: str) -> Exit:
         def push() -> None:
-            frame = self.frames[-1]
-            guard = Guard(
-                node=node,
-                loop_depth=len(frame.loops),
-                with_depth=len(frame.withs),
-                periodic=_is_periodic(node.test),
-                leaves_loop=_ends_loop(branch),
-                branch=which,
-            )
-            self._update(guards=frame.guards + (guard,))
+            self._update(guards=self.frames[-1].guards + (self._new_guard(node, branch, which),))
+
+        return Exit(push)
+
+    def _after_if(self, node: cst.If) -> Exit:
+        """``if test: ...; return`` (no else): the rest of the block runs only when the test
+        was false, as if it were the else branch (and the converse for an exiting else)."""
+
+        def push() -> None:
+            body_exit = _exit_kind(node.body)
+            else_exit = _exit_kind(node.orelse.body) if isinstance(node.orelse, cst.Else) else ""
+            if node.orelse is not None and not isinstance(node.orelse, cst.Else):
+                return  # an elif chain: which arms exit is not tracked
+            if body_exit and not else_exit:
+                guard = self._new_guard(node, node.orelse.body if node.orelse else None, "orelse", body_exit)
+            elif else_exit and not body_exit:
+                guard = self._new_guard(node, node.body, "body", else_exit)
+            else:
+                return
+            self._update(guards=self.frames[-1].guards + (guard,))
 
         return Exit(push)
 
     def on_if(self, node: cst.If, stack) -> None:
+        stack.append(self._after_if(node))
         self._enter_statement(node, stack)
         pop = Exit(lambda: self._update(guards=self.frames[-1].guards[:-1]))
         if node.orelse is not None:
@@ -224,6 +276,8 @@ class _Indexer:
         self._enter_statement(node, stack)
         block = WithBlock(node)
         for item in node.items:
+            if item.asname is not None:
+                self._bind_targets(item.asname.name, item.item, "with")
             if isinstance(item.item, cst.Call):
                 self.with_items[id(item.item)] = block
             elif isinstance(item.item, cst.IfExp):
@@ -259,28 +313,50 @@ class _Indexer:
         if attr is not None and (
             (attr.endswith("_") and not attr.startswith("__")) or attr in MUTATING_CALLS
         ):
-            self._mutation(node)
+            # the receiver (``p.add_``, ``m.load_state_dict``) or the first argument
+            # (``init.zeros_(w)``, ``setattr(m, ...)``) is what changes
+            targets = [node.func.value] if isinstance(node.func, cst.Attribute) else []
+            first = next((a.value for a in node.args if a.keyword is None and not a.star), None)
+            if first is not None:
+                targets.append(first)
+            self._mutation(node, tuple(targets))
         push_children(node, stack)
 
-    def _mutation(self, node: cst.CSTNode) -> None:
-        ctx = self._context()
-        for block in ctx.withs:
-            block.mutated = True
-        self.facts.mutations.append(Mutation(node, ctx))
+    def _mutation(self, node: cst.CSTNode, targets=()) -> None:
+        self.facts.mutations.append(Mutation(node, self._context(), tuple(targets)))
 
     def on_mutating_statement(self, node, stack) -> None:
-        self._mutation(node)
+        if isinstance(node, cst.AugAssign):
+            targets = (node.target,)
+        else:  # del a, b.c
+            target = node.target
+            targets = tuple(e.value for e in target.elements) if isinstance(target, (cst.Tuple, cst.List)) else (target,)
+        self._mutation(node, targets)
         push_children(node, stack)
 
-    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+    def _bind_targets(self, target: cst.BaseExpression, value: cst.BaseExpression, kind: str) -> None:
+        """Bindings for a loop or ``with ... as`` target: a name, or each name of a tuple."""
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for index, element in enumerate(target.elements):
+                name = dotted_name(element.value)
+                if name is not None:
+                    self.facts.bindings.append(Binding(name, value, self._context(), self._next(), kind, index))
+            return
+        name = dotted_name(target)
+        if name is not None:
+            self.facts.bindings.append(Binding(name, value, self._context(), self._next(), kind))
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, index=None) -> None:
         if isinstance(target, (cst.Subscript, cst.Attribute)):
-            self._mutation(target)
+            self._mutation(target, (target,))
         name = dotted_name(target)
         if name is None:
             return
-        self.facts.bindings.append(Binding(name, value, self._context(), self._next()))
+        self.facts.bindings.append(Binding(name, value, self._context(), self._next(), "assign", index))
         if len(self.frames) == 1 and isinstance(target, cst.Name):
-            if isinstance(value, (cst.Name, cst.Attribute)):
+            if index is not None:
+                self.imports.add_local_definition(name)
+            elif isinstance(value, (cst.Name, cst.Attribute)):
                 self.imports.add_alias_assignment(name, value)
             elif not (isinstance(value, cst.Name) and value.value == "None"):
                 self.imports.add_local_definition(name)
@@ -288,9 +364,9 @@ class _Indexer:
     def on_assign(self, node: cst.Assign, stack) -> None:
         for target in node.targets:
             if isinstance(target.target, (cst.Tuple, cst.List)):
-                for element in target.target.elements:
-                    if isinstance(element.value, (cst.Subscript, cst.Attribute)):
-                        self._mutation(element.value)
+                for index, element in enumerate(target.target.elements):
+                    if not isinstance(element.value, cst.StarredElement):
+                        self._bind(element.value, node.value, index)
                 continue
             self._bind(target.target, node.value)
         push_children(node, stack)

@@ -29,12 +29,14 @@ class Guard:
     periodic: bool  # the test uses ``%`` (``if step % every == 0``)
     leaves_loop: bool  # the guarded branch ends with break/return/raise: runs at most once
     branch: str  # "body" or "orelse": which branch the guarded code is in
+    # how the *other* branch ends when the guarded code is the rest of a block after
+    # ``if test: ...; return`` (an early exit): "return", "raise", "continue", "break"; else ""
+    after_exit: str = ""
 
 
 @dataclass(eq=False)
 class WithBlock:
     node: cst.With
-    mutated: bool = False  # the body provably may modify parameters
 
 
 @dataclass(eq=False)
@@ -75,16 +77,59 @@ class CallSite:
 
 @dataclass(eq=False)
 class Mutation:
+    """A write: an assignment to an attribute or subscript, ``+=``, ``del``, or a call that
+    changes its receiver or arguments in place (``p.add_(1)``, ``init.zeros_(w)``,
+    ``m.load_state_dict(sd)``).  ``targets`` are the expressions written to; whether
+    they are parameters is decided by ``facts.param_writes``."""
+
     node: cst.CSTNode
     ctx: Context
+    targets: Tuple[cst.BaseExpression, ...] = ()
 
 
 @dataclass(eq=False)
 class Binding:
-    """``target = value`` (target a dotted name: ``model``, ``self.model``)."""
+    """``target = value`` (target a dotted name: ``model``, ``self.model``).
+
+    ``kind``: "assign"; "for" (``for target in value``: one element of the iterable);
+    "with" (``with value as target``).  ``index``: the position of the target in a tuple
+    target (``model, opt = value``), None for a plain target."""
 
     target: str
     value: cst.BaseExpression
+    ctx: Context
+    order: int
+    kind: str = "assign"
+    index: Optional[int] = None
+
+
+@dataclass(eq=False)
+class FunctionInfo:
+    """A ``def``: ``class_def`` is its class when it is a method (defined directly in a class)."""
+
+    node: cst.FunctionDef
+    class_def: Optional[cst.ClassDef]
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value
+
+    @property
+    def param_names(self) -> Tuple[str, ...]:
+        params = self.node.params
+        return tuple(p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params))
+
+    @property
+    def star_kwargs(self) -> Optional[str]:
+        star = self.node.params.star_kwarg
+        return star.name.value if star is not None else None
+
+
+@dataclass(eq=False)
+class Return:
+    """``return value`` inside a function (``value`` None for a bare return)."""
+
+    value: Optional[cst.BaseExpression]
     ctx: Context
     order: int
 
@@ -96,6 +141,8 @@ class ModuleFacts:
     calls: List[CallSite] = field(default_factory=list)
     mutations: List[Mutation] = field(default_factory=list)
     bindings: List[Binding] = field(default_factory=list)
+    returns: List[Return] = field(default_factory=list)
+    functions: Dict[str, List[FunctionInfo]] = field(default_factory=dict)  # by name, any scope
     annotated: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
     classes: Dict[str, cst.ClassDef] = field(default_factory=dict)
     _cache: Dict[str, object] = field(default_factory=dict)

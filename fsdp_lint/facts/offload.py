@@ -1,13 +1,19 @@
-"""Whether the module keeps FSDP parameters on the CPU, and where it says so.
+"""Whether FSDP parameters live on the CPU: for one model, and anywhere in the module.
 
 Evidence, any of:
 - ``CPUOffload(offload_params=True)`` / ``CPUOffload(True)`` (torch's class, any alias),
-  wherever it is built: passed directly, through a variable or module constant, or in a
-  conditional (``... if args.offload else None`` still configures offload);
+  passed directly, through a variable, module constant, ``**cfg`` dict, ``functools.partial``
+  or a wrapper's argument, or in a conditional (``... if args.offload else None`` still
+  configures offload);
 - FSDP2 ``CPUOffloadPolicy(...)``;
-- FSDP placed on the CPU device: ``device_id=torch.device("cpu")`` or ``device_id="cpu"``
-  (also through a variable assigned once), where pytorch#188989 reproduces.
-Offload chosen only by an external config (YAML, accelerate) is invisible and not guessed.
+- FSDP placed on the CPU device: ``device_id=torch.device("cpu")`` or ``device_id="cpu"``,
+  where pytorch#188989 reproduces.
+
+``params_on_cpu`` answers for the model a site names: by that model's own construction when
+the site's model resolves (``facts.fsdp_modules.origins``), and by the module-level evidence
+when it does not (a parameter, a model built in another file): the rules' documented
+promise, "in a module that configures CPU offload".  Offload chosen only by an external
+config (YAML, accelerate) is invisible and not guessed.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from typing import List, Optional
 import libcst as cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.dataflow import Source
+from fsdp_lint.facts.fsdp_modules import FsdpWrap, Origin, fsdp_modules, offload_call, origins, wrap_config
 from fsdp_lint.facts.model import ModuleFacts
-from fsdp_lint.facts.values import bind_arguments, literal_bool, literal_string
+from fsdp_lint.facts.values import UNKNOWN
 
 CPU_OFFLOAD = "CPUOffload(offload_params=True)"
 OFFLOAD_POLICY = "CPUOffloadPolicy"
@@ -30,62 +37,45 @@ CPU_DEVICE = "device_id on the CPU"
 @dataclass(eq=False)
 class OffloadEvidence:
     kind: str  # CPU_OFFLOAD, OFFLOAD_POLICY or CPU_DEVICE
-    node: cst.CSTNode
-
-
-def _is_cpu_device(facts: ModuleFacts, expr: Optional[cst.BaseExpression], depth: int = 0) -> bool:
-    if expr is None or depth > 3:
-        return False
-    text = literal_string(expr)
-    if text is not None:
-        return text == "cpu" or text.startswith("cpu:")
-    if isinstance(expr, cst.Call) and facts.qualname(expr.func) in torch_api.TORCH_DEVICE:
-        first = next((a for a in expr.args if a.keyword is None and not a.star), None)
-        if first is None:
-            kw = [a for a in expr.args if a.keyword is not None and a.keyword.value == "type"]
-            first = kw[0] if kw else None
-        return first is not None and _is_cpu_device(facts, first.value, depth + 1)
-    if isinstance(expr, cst.Name):
-        return _is_cpu_device(facts, facts.single_value(expr.value), depth + 1)
-    return False
-
-
-def _is_param_offload(facts: ModuleFacts, call: cst.Call) -> bool:
-    if facts.qualname(call.func) not in torch_api.CPU_OFFLOAD:
-        return False
-    bound, _ = bind_arguments(call.args, ("offload_params",))
-    arg = bound.get("offload_params")
-    return arg is not None and literal_bool(arg.value) is True
-
-
-def offloads_params(facts: ModuleFacts, expr: Optional[cst.BaseExpression], depth: int = 0) -> bool:
-    """``expr`` (a ``cpu_offload=`` value) is, or may be, ``CPUOffload(offload_params=True)``:
-    directly, through a name assigned once, or as a branch of a conditional."""
-    if expr is None or depth > 3:
-        return False
-    if isinstance(expr, cst.Call):
-        return _is_param_offload(facts, expr)
-    if isinstance(expr, cst.IfExp):
-        return offloads_params(facts, expr.body, depth + 1) or offloads_params(facts, expr.orelse, depth + 1)
-    if isinstance(expr, cst.Name):
-        return offloads_params(facts, facts.single_value(expr.value), depth + 1)
-    return False
+    node: cst.CSTNode  # where the configuration is written
+    wrap: Optional[FsdpWrap] = None  # the model's own construction; None: module-level evidence
 
 
 def _compute(facts: ModuleFacts) -> List[OffloadEvidence]:
     evidence: List[OffloadEvidence] = []
     for site in facts.calls:
         qualname = facts.qualname(site.node.func)
-        if _is_param_offload(facts, site.node):
+        if qualname in torch_api.CPU_OFFLOAD and offload_call(facts, Source(site.node, site.ctx, site.order)) is True:
             evidence.append(OffloadEvidence(CPU_OFFLOAD, site.node))
         elif qualname in torch_api.CPU_OFFLOAD_POLICY:
             evidence.append(OffloadEvidence(OFFLOAD_POLICY, site.node))
     for wrap in fsdp_modules(facts).wraps:
-        device = wrap.kwargs.get("device_id")
-        if device is not None and _is_cpu_device(facts, device.value):
-            evidence.append(OffloadEvidence(CPU_DEVICE, wrap.site.node))
+        if wrap_config(facts, Origin(wrap)).cpu_device:
+            evidence.append(OffloadEvidence(CPU_DEVICE, wrap.site.node, wrap))
     return evidence
 
 
 def cpu_param_evidence(facts: ModuleFacts) -> List[OffloadEvidence]:
+    """Module-level evidence, in source order of kind."""
     return facts.cached("cpu_param_evidence", _compute)
+
+
+def params_on_cpu(facts: ModuleFacts, expr, ctx, order: int) -> List[OffloadEvidence]:
+    """Why the model ``expr`` (used at ``ctx``/``order``) keeps FSDP parameters on the CPU:
+    its own constructions' evidence when every construction it may come from is visible,
+    else the module-level evidence; empty when it does not (or nothing says so)."""
+    found = origins(facts, expr, ctx, order)
+    unknown = not found.complete
+    evidence: List[OffloadEvidence] = []
+    for origin in found.wraps:
+        config = wrap_config(facts, origin)
+        if config.cpu_device:
+            evidence.append(OffloadEvidence(CPU_DEVICE, origin.wrap.site.node, origin.wrap))
+        if config.offload is True:
+            kind = OFFLOAD_POLICY if origin.wrap.fsdp2 else CPU_OFFLOAD
+            evidence.append(OffloadEvidence(kind, config.offload_node or origin.wrap.site.node, origin.wrap))
+        elif config.offload is UNKNOWN:
+            unknown = True
+    if evidence or not unknown:
+        return evidence
+    return list(cpu_param_evidence(facts))

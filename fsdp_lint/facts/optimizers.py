@@ -1,60 +1,107 @@
-"""Optimizers built from a module's parameters, and where they are used.
+"""Optimizers built from a module's parameters, aliases of a module, and uses of an optimizer.
 
-An optimizer is a call to a ``torch.optim`` class (any alias), or to a class whose name
-says optimizer (``FusedAdam``, ``Adam8bit``, ``Lion``, ...) given ``M.parameters()``.
-Its module ``M`` is the receiver of the ``parameters()``/``named_parameters()`` call found
-in its first argument (also inside lists, dicts and comprehensions).
+An optimizer is a call whose parameter argument (the first positional one, or ``params=``)
+holds ``M.parameters()`` / ``M.named_parameters()`` (also inside lists, dicts and
+comprehensions) and whose callee is a ``torch.optim`` class (any alias, also held in a
+variable: ``optimizer_cls = torch.optim.AdamW``), a class whose name says optimizer
+(``FusedAdam``, ``Adam8bit``, ``Lion``, ...), or a name that says so (``optimizer_cls``,
+``self.optim_class``).  ``M.configure_optimizers(...)``, and a call of a method of this
+file that builds an optimizer from ``self.parameters()``, build one from ``M`` too.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 
 _OPTIMIZER_NAME = re.compile(r"(Adam|AdamW|SGD|Adagrad|Adadelta|Adamax|RMSprop|Rprop|Lion|Lamb|LAMB|Adafactor)\w*$")
 _PARAMETER_CALLS = frozenset({"parameters", "named_parameters"})
+OPTIMIZER_FACTORY_METHODS = frozenset({"configure_optimizers"})
 
 
 @dataclass(eq=False)
 class OptimizerSite:
     site: CallSite
-    module: str  # dotted name whose parameters it holds
+    owner: cst.BaseExpression  # the module whose parameters it holds
     target: Optional[str]  # the name it is bound to
 
+    @property
+    def module(self) -> Optional[str]:
+        return dotted_name(self.owner)
 
-def _parameters_owner(expr: cst.CSTNode) -> Optional[str]:
+
+def _parameters_owner(expr: cst.CSTNode) -> Optional[cst.BaseExpression]:
     stack = [expr]
     while stack:
         node = stack.pop()
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            if node.func.attr.value in _PARAMETER_CALLS:
-                return dotted_name(node.func.value)
+            if node.func.attr.value in _PARAMETER_CALLS and dotted_name(node.func.value) is not None:
+                return node.func.value
         stack.extend(node.children)
     return None
 
 
+def _is_optimizer_class(facts: ModuleFacts, site: CallSite) -> bool:
+    func = site.node.func
+    qualname = facts.qualname(func) or ""
+    name = site.attr or ""
+    if qualname.startswith(torch_api.OPTIMIZER_PACKAGE + ".") and name[:1].isupper():
+        return True
+    if _OPTIMIZER_NAME.search(name) or "optim" in name.lower():
+        return True
+    if qualname or not isinstance(func, (cst.Name, cst.Attribute)):
+        return False
+    for source in sources(facts, func, site.ctx, site.order).found:  # a class held in a variable
+        held = facts.qualname(source.expr) or ""
+        if held.startswith(torch_api.OPTIMIZER_PACKAGE + ".") and held.rsplit(".", 1)[-1][:1].isupper():
+            return True
+    return False
+
+
+def _params_arg(call: cst.Call) -> Optional[cst.Arg]:
+    return next((a for a in call.args if (a.keyword is None and not a.star) or (a.keyword and a.keyword.value == "params")), None)
+
+
+def _factory_methods(facts: ModuleFacts, found: List[OptimizerSite]) -> Set[str]:
+    """Methods of this file's classes that build an optimizer from ``self.parameters()``."""
+    names = set(OPTIMIZER_FACTORY_METHODS)
+    for optimizer in found:
+        function = optimizer.site.ctx.function
+        if optimizer.module == "self" and function is not None and optimizer.site.ctx.class_def is not None:
+            names.add(function.name.value)
+    return names
+
+
 def _compute(facts: ModuleFacts) -> List[OptimizerSite]:
-    targets = {id(b.value): b.target for b in facts.bindings}
-    found = []
+    targets = {id(b.value): b.target for b in facts.bindings if b.index is None}
+    found: List[OptimizerSite] = []
+    candidates = []
     for site in facts.calls:
-        qualname = facts.qualname(site.node.func) or ""
-        name = site.attr or ""
-        is_torch = qualname.startswith(torch_api.OPTIMIZER_PACKAGE + ".") and name[:1].isupper()
-        if not (is_torch or _OPTIMIZER_NAME.search(name)):
+        arg = _params_arg(site.node)
+        if arg is None or arg.star or site.attr is None:
+            candidates.append(site)
             continue
-        first = next((a for a in site.node.args if a.keyword is None or a.keyword.value == "params"), None)
-        if first is None or first.star:
+        owner = _parameters_owner(arg.value)
+        if owner is None or arg.value is None:
+            candidates.append(site)
             continue
-        owner = _parameters_owner(first.value)
-        if owner is not None:
+        if _is_optimizer_class(facts, site):
             found.append(OptimizerSite(site, owner, targets.get(id(site.node))))
+    factories = _factory_methods(facts, found)
+    for site in candidates:
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in factories:
+            owner = func.value
+            if dotted_name(owner) not in (None, "self"):
+                found.append(OptimizerSite(site, owner, targets.get(id(site.node))))
     return found
 
 
@@ -62,18 +109,61 @@ def optimizers(facts: ModuleFacts) -> List[OptimizerSite]:
     return facts.cached("optimizers", _compute)
 
 
-def used_after(facts: ModuleFacts, name: str, function, order: int) -> Optional[CallSite]:
-    """A call that uses ``name`` (``name.step()``, ``f(name)``) after ``order`` in ``function``;
-    for an attribute (``self.optimizer``), any use in another function counts too."""
+def aliases(facts: ModuleFacts, function) -> Dict[str, str]:
+    """Dotted names of ``function`` bound to one another (``self.model = model``), each
+    mapped to one representative: the same module object under two names."""
+    key = ("aliases", id(function))
+    if key in facts._cache:
+        return facts._cache[key]
+    parent: Dict[str, str] = {}
+
+    def find(name: str) -> str:
+        while parent.get(name, name) != name:
+            name = parent[name]
+        return name
+
+    for binding in facts.bindings:
+        if binding.ctx.function is function and binding.kind == "assign" and binding.index is None:
+            value = dotted_name(binding.value)
+            if value is not None and facts.qualname(binding.value) is None:
+                parent[find(binding.target)] = find(value)
+    result = {name: find(name) for name in parent}
+    facts._cache[key] = result
+    return result
+
+
+def _mentions(node: cst.CSTNode, name: str) -> bool:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if dotted_name(item) == name if isinstance(item, (cst.Name, cst.Attribute)) else False:
+            return True
+        stack.extend(item.children)
+    return False
+
+
+def used_after(facts: ModuleFacts, name: str, function, order: int) -> Optional[cst.CSTNode]:
+    """A use of ``name`` after ``order`` in ``function`` (``name.step()``, ``f(name)``,
+    ``return model, name``, ``self.opt = name``); for an attribute (``self.optimizer``),
+    any use in another function counts too."""
     rebinds = [b.order for b in facts.bindings if b.target == name and b.ctx.function is function and b.order > order]
     until = min(rebinds, default=None)  # a new value bound to the name ends the old one's life
+
+    def live(ctx, at: int) -> bool:
+        if ctx.function is not function:
+            return "." in name
+        return at > order and (until is None or at < until)
+
     for site in facts.calls:
-        same = site.ctx.function is function
-        if same and (site.order <= order or (until is not None and site.order > until)):
-            continue
-        if not same and "." not in name:
+        if not live(site.ctx, site.order):
             continue
         callee = dotted_name(site.node.func) or ""
         if callee.startswith(name + ".") or any(dotted_name(a.value) == name for a in site.node.args):
-            return site
+            return site.node
+    for ret in facts.returns:
+        if ret.value is not None and live(ret.ctx, ret.order) and _mentions(ret.value, name):
+            return ret.value
+    for binding in facts.bindings:
+        if binding.target != name and live(binding.ctx, binding.order) and _mentions(binding.value, name):
+            return binding.value
     return None

@@ -15,9 +15,11 @@ import libcst as cst
 
 from fsdp_lint.edits import remove_argument, set_keyword
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, other_fsdp_imported
+from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins, other_fsdp_imported
+from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
+from fsdp_lint.facts.param_writes import block_edits_params
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments, literal_bool
 
 
@@ -36,6 +38,18 @@ class SummonCall:
         arg = self.args.get("module")
         return dotted_name(arg.value) if arg is not None else None
 
+    @property
+    def module_expr(self) -> Optional[cst.BaseExpression]:
+        arg = self.args.get("module")
+        return arg.value if arg is not None else None
+
+    def origins(self, facts: ModuleFacts) -> Origins:
+        """The FSDP constructions the summoned module may come from (``facts.fsdp_modules``)."""
+        return origins(facts, self.module_expr, self.site.ctx, self.site.order)
+
+    def params_on_cpu(self, facts: ModuleFacts) -> List[OffloadEvidence]:
+        return params_on_cpu(facts, self.module_expr, self.site.ctx, self.site.order)
+
     def value(self, name: str):
         """True/False when the argument is literal or absent (its default), UNKNOWN otherwise."""
         arg = self.args.get(name)
@@ -43,14 +57,14 @@ class SummonCall:
             return UNKNOWN if self.opaque else torch_api.SUMMON_DEFAULTS[name]
         return literal_bool(arg.value)
 
-    def is_explicit(self, name: str) -> bool:
-        return name in self.args
-
-    @property
-    def block_may_mutate(self) -> bool:
-        """True unless a with-statement enters this call and its body provably modifies nothing."""
+    def block_may_edit(self, facts: ModuleFacts) -> bool:
+        """True unless a with-statement enters this call and its body provably edits no
+        parameter of the gathered modules (``facts.param_writes``)."""
         block = self.site.entered_by
-        return block is None or block.mutated
+        if block is None:
+            return True
+        modules = [s.module_name for s in summons_entering(facts, block)]
+        return block_edits_params(facts, block, modules)
 
     def with_argument(self, name: str, code: str) -> cst.Call:
         """The call with ``name=code`` (a positional argument is replaced where it stands)."""
@@ -113,3 +127,8 @@ def _compute(facts: ModuleFacts) -> List[SummonCall]:
 
 def summon_calls(facts: ModuleFacts) -> List[SummonCall]:
     return facts.cached("summon_calls", _compute)
+
+
+def summons_entering(facts: ModuleFacts, block) -> List[SummonCall]:
+    """The summon calls that a with-statement enters."""
+    return [s for s in summon_calls(facts) if s.site.entered_by is block]

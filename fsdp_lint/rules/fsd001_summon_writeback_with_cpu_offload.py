@@ -83,24 +83,43 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
 """
 
     def check(self, facts, report):
-        evidence = facts.cpu_param_evidence()
-        if not evidence:
-            return
-        where = f"{evidence[0].kind}, line {report.row(evidence[0].node)}"
+        from fsdp_lint.facts.offload import CPU_DEVICE
+
         for summon in facts.summons():
             if summon.value("writeback") is not True:
                 continue
+            found = summon.params_on_cpu(facts)
+            if not found:
+                continue
+            on_cpu_device = [e for e in found if e.kind == CPU_DEVICE]
+            evidence = on_cpu_device[0] if on_cpu_device and summon.value("offload_to_cpu") is True else found[0]
+            where = f"{evidence.kind}, line {report.row(evidence.node)}"
+            if evidence.wrap is not None:
+                model = summon.module_expr
+                name = facts.module.code_for_node(model) if model is not None else "the model"
+                subject = f"`{name}` (wrapped at line {report.row(evidence.wrap.site.node)}) keeps its FSDP parameters on the CPU ({where})"
+            else:
+                subject = f"this module keeps FSDP parameters on the CPU ({where})"
+            edits = summon.block_may_edit(facts)
+            if edits and summon.site.entered_by is not None:
+                advice = (
+                    "the block edits parameters, so `writeback=False` would drop the edit: edit the local "
+                    "shards outside the summon, or load the new values with `set_model_state_dict`"
+                )
+            else:
+                advice = "pass `writeback=False` for a read-only block"
+            if evidence.kind == CPU_DEVICE and summon.value("offload_to_cpu") is True:
+                consequence = (
+                    "on exit the write-back overwrites the local shards with freed memory on torch < 2.14.1 "
+                    "(pytorch#188989)"
+                )
+            else:
+                consequence = "on every exit each rank copies its slice back into its host-resident shard"
             fix = FixProposal(
-                UNSAFE if summon.block_may_mutate else SAFE,
+                UNSAFE if edits else SAFE,
                 "Pass `writeback=False`",
                 summon.node,
                 summon.with_argument("writeback", "False"),
             )
-            report(
-                summon.node,
-                "`summon_full_params` writes the full parameters back into the local shards on "
-                f"exit, and this module keeps FSDP parameters on the CPU ({where}); pass "
-                "`writeback=False` for a read-only block",
-                fix,
-                statement=summon.site.ctx.statement,
-            )
+            report(summon.node, f"`summon_full_params` writes back by default and {subject}: {consequence}; {advice}",
+                   fix, statement=summon.site.ctx.statement)

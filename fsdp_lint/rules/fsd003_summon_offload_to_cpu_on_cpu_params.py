@@ -86,7 +86,11 @@ configurations get no automatic fix (dropping `cpu_offload` changes what is save
             return
         where = f"FSDP on the CPU device, line {report.row(devices[0].node)}"
         for summon in facts.summons():
-            if summon.value("offload_to_cpu") is True:
+            if summon.value("offload_to_cpu") is not True:
+                continue
+            on_device = [e for e in summon.params_on_cpu(facts) if e.kind == CPU_DEVICE]
+            if on_device:
+                where = f"FSDP on the CPU device, line {report.row(on_device[0].node)}"
                 report(
                     summon.node,
                     f"`offload_to_cpu=True` on parameters that already live on the CPU ({where}): "

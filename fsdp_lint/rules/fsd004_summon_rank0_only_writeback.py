@@ -64,7 +64,7 @@ the `with` block that enters the call provably does not modify parameters, unsaf
                     "`rank0_only=True` requires `writeback=False`: this call raises "
                     "`NotImplementedError: writeback=True and rank0_only=True is not supported yet`",
                     FixProposal(
-                        UNSAFE if summon.block_may_mutate else SAFE,
+                        UNSAFE if summon.block_may_edit(facts) else SAFE,
                         "Pass `writeback=False`",
                         summon.node,
                         summon.with_argument("writeback", "False"),

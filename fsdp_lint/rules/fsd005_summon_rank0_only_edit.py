@@ -65,22 +65,34 @@ all ranks) or not at all is the author's decision.
 """
 
     def check(self, facts, report):
-        reported = set()
-        for mutation in facts.mutations:
-            for summon, depth in facts.summon_blocks(mutation.ctx):
-                if id(summon) in reported:
-                    continue
-                if summon.value("rank0_only") is True:
+        from fsdp_lint.facts.param_writes import param_edits
+        from fsdp_lint.facts.summon import summons_entering
+
+        for summon in facts.summons():
+            block = summon.site.entered_by
+            if block is None:
+                continue
+            edits = param_edits(facts, block, [s.module_name for s in summons_entering(facts, block)])
+            if not edits:
+                continue
+            depth = next(i for i, w in enumerate(edits[0].ctx.withs) if w is block)
+            one_rank = [e for e in edits if facts.rank_guard(e.ctx, depth + 1)]
+            if summon.value("rank0_only") is True:
+                if one_rank and len(one_rank) == len(edits):
                     message = (
-                        "parameters edited inside a `rank0_only=True` summon: rank 0's edit is discarded "
-                        "while the other ranks keep theirs in their shards; the ranks diverge"
-                    )
-                elif summon.value("writeback") is True and facts.rank_guard(mutation.ctx, depth + 1):
-                    message = (
-                        "parameters edited on one rank only inside a writeback summon: only that rank's "
-                        "slice of the edit persists; edit on every rank"
+                        "parameters edited on rank 0 inside a `rank0_only=True` summon: rank 0 holds a "
+                        "temporary full copy and its edit is discarded at exit; no shard changes"
                     )
                 else:
-                    continue
-                reported.add(id(summon))
-                report(summon.node, message, statement=summon.site.ctx.statement)
+                    message = (
+                        "parameters edited inside a `rank0_only=True` summon: rank 0's edit is discarded "
+                        "while the other ranks, which see their local shards, keep theirs; the ranks diverge"
+                    )
+            elif summon.value("writeback") is True and one_rank:
+                message = (
+                    f"parameters edited only under the rank test at line {report.row(facts.rank_guard(one_rank[0].ctx, depth + 1).node)} "
+                    "inside a writeback summon: only that rank's slice of the edit persists; edit on every rank"
+                )
+            else:
+                continue
+            report(summon.node, message, statement=summon.site.ctx.statement)

@@ -59,17 +59,21 @@ No automatic fix: `use_orig_params=True` changes how the optimizer sees paramete
 """
 
     def check(self, facts, report):
-        modules = facts.fsdp_modules()
+        from fsdp_lint.facts.fsdp_modules import wrap_config
+
         for summon in facts.summons():
             if summon.value("with_grads") is not True:
                 continue
-            wrap = modules.wrap_for(summon.module_name)
             if summon.value("offload_to_cpu") is True:
                 why = "with `offload_to_cpu=True`"
-            elif wrap is not None and wrap.use_orig_params is False:
-                why = f"on a model wrapped without `use_orig_params=True` (line {report.row(wrap.site.node)})"
             else:
-                continue
+                found = summon.origins(facts)
+                wraps = found.fsdp1
+                if not found.complete or not wraps or len(wraps) != len(found.wraps):
+                    continue  # the model's construction is not (all) visible here
+                if any(wrap_config(facts, o).use_orig_params is not False for o in wraps):
+                    continue
+                why = f"on a model wrapped without `use_orig_params=True` (line {report.row(wraps[0].wrap.site.node)})"
             report(
                 summon.node,
                 f"`with_grads=True` {why} raises `NotImplementedError` at entry",

@@ -56,16 +56,18 @@ parameters on their device instead of on the CPU (code there may rely on CPU ten
 """
 
     def check(self, facts, report):
-        modules = facts.fsdp_modules()
+        from fsdp_lint.facts.fsdp_modules import wrap_config
+
         for summon in facts.summons():
             if summon.value("offload_to_cpu") is not True:
                 continue
-            wrap = modules.wrap_for(summon.module_name)
-            if wrap is None or wrap.sharding_strategy != "NO_SHARD":
+            wraps = summon.origins(facts).fsdp1
+            no_shard = [o for o in wraps if wrap_config(facts, o).sharding == {"NO_SHARD"}]
+            if not no_shard:
                 continue
             report(
                 summon.node,
-                f"`offload_to_cpu=True` on a NO_SHARD model (line {report.row(wrap.site.node)}) raises "
+                f"`offload_to_cpu=True` on a NO_SHARD model (line {report.row(no_shard[0].wrap.site.node)}) raises "
                 "`NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet`",
                 FixProposal(UNSAFE, "Remove `offload_to_cpu=True`", summon.node,
                             summon.without_argument("offload_to_cpu")),

@@ -60,7 +60,12 @@ No automatic fix. FSDP2 replacements: `model.unshard()` / `model.reshard()`,
     def check(self, facts, report):
         fsdp2 = facts.fsdp_modules().fsdp2
         for summon in facts.summons():
-            if summon.module_name in fsdp2:
+            found = summon.origins(facts)
+            if found.wraps:
+                sharded = bool(found.fsdp2) and not found.fsdp1
+            else:
+                sharded = not found.plain and summon.module_name in fsdp2
+            if sharded:
                 report(
                     summon.node,
                     f"`{summon.module_name}` is sharded with FSDP2 `fully_shard`: `summon_full_params` does "

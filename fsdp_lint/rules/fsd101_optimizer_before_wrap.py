@@ -73,31 +73,47 @@ other code with it.
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.optimizers import optimizers, used_after
+        from fsdp_lint.facts.flow import can_follow
+        from fsdp_lint.facts.fsdp_modules import Origin, origins, wrap_config
+        from fsdp_lint.facts.optimizers import aliases, optimizers, used_after
 
         modules = facts.fsdp_modules()
         for optimizer in optimizers(facts):
+            opt = optimizer.site
+            alias = aliases(facts, opt.ctx.function)
+            if opt.ctx.class_def is not None:
+                alias = {**aliases(facts, None), **alias}
+
+            def same(a, b):
+                return a is not None and b is not None and alias.get(a, a) == alias.get(b, b)
+
             for wrap in modules.wraps + modules.fsdp2_wraps:
-                site, wrapped, target = wrap.site, wrap.wrapped, wrap.target
-                if wrapped != optimizer.module or site.ctx.function is not optimizer.site.ctx.function:
+                site, wrapped = wrap.site, wrap.wrapped
+                if site.ctx.function is not opt.ctx.function or not same(wrapped, optimizer.module):
                     continue
-                if wrap.use_orig_params is True:
+                if not wrap.fsdp2 and wrap_config(facts, Origin(wrap)).use_orig_params is not False:
                     continue  # FSDP1 use_orig_params=True keeps the parameter objects
-                if optimizer.site.order < site.order:
+                if opt.order < site.order and can_follow(opt.ctx, opt.order, site.ctx, site.order):
                     if optimizer.target is None or not used_after(facts, optimizer.target, site.ctx.function, site.order):
                         continue
                     message = (
-                        f"optimizer built from `{wrapped}.parameters()` before `{wrapped}` is wrapped by FSDP "
+                        f"optimizer built from `{optimizer.module}.parameters()` before `{wrapped}` is wrapped by FSDP "
                         f"(line {report.row(site.node)}) and used afterwards: it steps the old parameters and "
                         "the weights never change; build it after wrapping"
                     )
-                elif not wrap.fsdp2 and target is not None and target != wrapped:
+                elif (
+                    not wrap.fsdp2
+                    and site.order < opt.order
+                    and can_follow(site.ctx, site.order, opt.ctx, opt.order)
+                    and not any(o.wrap is wrap for o in origins(facts, optimizer.owner, opt.ctx, opt.order).wraps)
+                ):
+                    target = wrap.target or "FSDP(...)"
                     message = (
-                        f"optimizer built from the unwrapped `{wrapped}` after `{target} = FSDP({wrapped}, ...)` "
+                        f"optimizer built from the unwrapped `{optimizer.module}` after it was wrapped by FSDP "
                         f"(line {report.row(site.node)}): build it from `{target}.parameters()`"
                     )
                 else:
                     continue
-                report(optimizer.site.node, message, statement=optimizer.site.ctx.statement)
+                report(opt.node, message, statement=opt.ctx.statement)
                 break
 

@@ -67,9 +67,10 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
 
         from fsdp_lint.facts import torch_api
         from fsdp_lint.facts.imports import dotted_name
-        from fsdp_lint.facts.values import bind_arguments
+        from fsdp_lint.facts.values import UNKNOWN, bind_arguments
 
-        modules = facts.fsdp_modules()
+        from fsdp_lint.facts.fsdp_modules import origins, wrap_config
+
         for site in facts.calls:
             if facts.qualname(site.node.func) not in torch_api.CLIP_GRAD_NORM:
                 continue
@@ -81,9 +82,13 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
             if not (isinstance(func, cst.Attribute) and func.attr.value == "parameters") or params.value.args:
                 continue
             owner = dotted_name(func.value)
-            wrap = modules.wrap_for(owner)
-            if owner in modules.fsdp2 or wrap is None or wrap.sharding_strategy in (None, "NO_SHARD"):
+            found = origins(facts, func.value, site.ctx, site.order)
+            if not found.complete or found.plain or not found.fsdp1 or found.fsdp2:
+                continue  # only a module that is FSDP1-wrapped on every path
+            strategies = [wrap_config(facts, o).sharding for o in found.fsdp1]
+            if any(s is UNKNOWN or "NO_SHARD" in s for s in strategies):
                 continue
+            wrap = found.fsdp1[0].wrap
             fix = None
             extra = set(bound) - {"parameters", "max_norm", "norm_type"}
             if not opaque and not extra and "max_norm" in bound:

@@ -59,29 +59,44 @@ No automatic fix: where the module should live is the author's decision.
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.imports import dotted_name
-        from fsdp_lint.facts.offload import offloads_params
-        from fsdp_lint.facts.values import literal_string
+        from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins, wrap_config
 
-        for wrap in facts.fsdp_modules().wraps:
-            offload = wrap.kwargs.get("cpu_offload")
-            if wrap.target is None or offload is None or not offloads_params(facts, offload.value):
+        if not fsdp_modules(facts).wraps:
+            return
+        for site in facts.calls:
+            func = site.node.func
+            if site.attr not in ("cuda", "to") or not hasattr(func, "value") or facts.qualname(func) is not None:
                 continue
-            for site in facts.calls:
-                func = site.node.func
-                if site.order <= wrap.site.order or site.attr not in ("cuda", "to"):
-                    continue
-                if dotted_name(getattr(func, "value", None)) != wrap.target:
-                    continue
-                if site.ctx.function is not wrap.site.ctx.function and "." not in wrap.target:
-                    continue
-                first = next((a for a in site.node.args if a.keyword is None), None)
-                if site.attr == "to" and (first is None or (literal_string(first.value) or "").startswith("cpu")):
-                    continue
-                report(
-                    site.node,
-                    f"`{wrap.target}` was wrapped with CPU parameter offload (line {report.row(wrap.site.node)}); "
-                    "moving it to the GPU makes the first forward raise RuntimeError; let FSDP place the "
-                    "parameters (pass `device_id`, move before wrapping)",
-                    statement=site.ctx.statement,
-                )
+            if site.attr == "to" and not _moves_off_cpu(facts, site.node):
+                continue
+            found = origins(facts, func.value, site.ctx, site.order)
+            offloaded = [o for o in found.fsdp1 if wrap_config(facts, o).offload is True]
+            if not offloaded:
+                continue
+            wrap = offloaded[0].wrap
+            name = facts.module.code_for_node(func.value)
+            report(
+                site.node,
+                f"`{name}` was wrapped with CPU parameter offload (line {report.row(wrap.site.node)}); "
+                "moving it to the GPU makes the first forward raise RuntimeError; let FSDP place the "
+                "parameters (pass `device_id`, move before wrapping)",
+                statement=site.ctx.statement,
+            )
+
+
+_DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "uint8", "int32", "int64"})
+
+
+def _moves_off_cpu(facts, call) -> bool:
+    """``m.to(x)`` moves to an accelerator: not ``.to("cpu")``, not a dtype-only ``.to(torch.bfloat16)``."""
+    from fsdp_lint.facts.values import literal_string
+
+    first = next((a for a in call.args if a.keyword is None and not a.star), None)
+    device = next((a for a in call.args if a.keyword is not None and a.keyword.value == "device"), first)
+    if device is None:
+        return False
+    text = literal_string(device.value)
+    if text is not None:
+        return not text.startswith("cpu")
+    qualname = facts.qualname(device.value) or ""
+    return not (qualname.startswith("torch.") and qualname.rsplit(".", 1)[-1] in _DTYPES)

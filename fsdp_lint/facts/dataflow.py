@@ -1,0 +1,165 @@
+"""Where a value comes from: an expression followed back to the expressions that produce it.
+
+``sources(facts, expr, ctx, order)`` follows, within one module:
+- names through the bindings that reach the use (``facts.scopes``), module constants,
+  ``self.<attr>`` across the methods of a class;
+- a parameter of a function into the arguments of the calls of that function seen on the
+  way (a wrapper called as ``wrap(net, cpu_offload=...)``);
+- calls of functions and methods defined in this file into their ``return`` values, and a
+  tuple target (``model, opt = setup()``) into the matching element;
+- conditional expressions into both branches; ``m.to(...)``/``m.cuda()``/``m.half()``
+  (which return ``m``) into ``m``.
+What it cannot follow (a parameter with no call seen, a helper from another file, a loop
+variable) makes the answer incomplete: rules decide how much an incomplete answer is worth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import libcst as cst
+
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import Binding, Context, ModuleFacts
+from fsdp_lint.facts.scopes import argument_for, function_info, lookup, methods_of, module_functions
+
+MAX_DEPTH = 8
+# Methods that return their receiver (nn.Module's fluent API).
+RETURNS_SELF = frozenset(
+    {"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "train", "eval", "requires_grad_", "to_empty", "apply"}
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    """An expression a value may come from, with where it is evaluated."""
+
+    expr: cst.BaseExpression
+    ctx: Context
+    order: int
+    via: Tuple[cst.Call, ...] = ()  # calls of in-file functions passed through (innermost last)
+
+
+@dataclass
+class Sources:
+    found: List[Source] = field(default_factory=list)
+    complete: bool = True  # every path was followed to an expression
+
+    def add(self, other: "Sources") -> None:
+        self.found.extend(other.found)
+        self.complete = self.complete and other.complete
+
+
+def _called_functions(facts: ModuleFacts, call: cst.Call, ctx: Context):
+    func = call.func
+    if isinstance(func, cst.Name):
+        return module_functions(facts, func.value)
+    dotted = dotted_name(func)
+    if dotted is not None and dotted.count(".") == 1 and dotted.startswith("self.") and ctx.class_def is not None:
+        return methods_of(facts, ctx.class_def, dotted.split(".")[1])
+    return []
+
+
+def _returns(facts: ModuleFacts, info, call: cst.Call, via, index, depth) -> Sources:
+    result = Sources()
+    returns = [r for r in facts.returns if r.ctx.function is info.node and r.value is not None]
+    if not returns:
+        result.complete = False
+        return result
+    for ret in returns:
+        value = ret.value
+        if index is not None:
+            if isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
+                value = value.elements[index].value
+            else:
+                result.complete = False
+                continue
+        result.add(sources(facts, value, ret.ctx, ret.order, via + (call,), depth + 1))
+    return result
+
+
+def _from_binding(facts: ModuleFacts, binding: Binding, via, depth) -> Sources:
+    if binding.kind != "assign":
+        return Sources(complete=False)  # a loop element or a context manager's value
+    value = binding.value
+    if binding.index is None:
+        return sources(facts, value, binding.ctx, binding.order, via, depth + 1)
+    if isinstance(value, (cst.Tuple, cst.List)) and binding.index < len(value.elements):
+        return sources(facts, value.elements[binding.index].value, binding.ctx, binding.order, via, depth + 1)
+    if isinstance(value, cst.Call):
+        infos = _called_functions(facts, value, binding.ctx)
+        if len(infos) == 1:
+            return _returns(facts, infos[0], value, via, binding.index, depth)
+    return Sources(complete=False)
+
+
+def _parameter(facts: ModuleFacts, name: str, ctx: Context, via, depth) -> Sources:
+    """A parameter's value: the argument of the innermost call passed through."""
+    info = function_info(facts, ctx.function)
+    if not via or info is None:
+        return Sources(complete=False)
+    known, expr = argument_for(via[-1], info, name)
+    if not known:
+        return Sources(complete=False)
+    if expr is None:
+        return Sources([Source(cst.Name("None"), ctx, 0, via[:-1])])
+    if any(p.default is expr for p in (*info.node.params.params, *info.node.params.kwonly_params)):
+        return sources(facts, expr, ctx, 0, via[:-1], depth + 1)
+    caller = _caller_context(facts, via[-1])
+    if caller is None:
+        return Sources(complete=False)
+    return sources(facts, expr, caller[0], caller[1], via[:-1], depth + 1)
+
+
+def _caller_context(facts: ModuleFacts, call: cst.Call) -> Optional[Tuple[Context, int]]:
+    site = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(call))
+    return (site.ctx, site.order) if site is not None else None
+
+
+def sources(
+    facts: ModuleFacts,
+    expr: Optional[cst.BaseExpression],
+    ctx: Context,
+    order: int,
+    via: Tuple[cst.Call, ...] = (),
+    depth: int = 0,
+    extra: Tuple[Binding, ...] = (),
+) -> Sources:
+    """The expressions ``expr`` (used at ``ctx``/``order``) may evaluate to.
+
+    ``extra``: additional bindings to consider for a name (events such as an in-place
+    ``fully_shard(model)``, which rebinds nothing but changes what ``model`` is)."""
+    if expr is None or depth > MAX_DEPTH:
+        return Sources(complete=False)
+    if isinstance(expr, cst.IfExp):
+        result = sources(facts, expr.body, ctx, order, via, depth + 1, extra)
+        result.add(sources(facts, expr.orelse, ctx, order, via, depth + 1, extra))
+        return result
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF and facts.qualname(func) is None:
+            return sources(facts, func.value, ctx, order, via, depth + 1, extra)
+        infos = _called_functions(facts, expr, ctx)
+        if len(infos) == 1 and facts.qualname(func) is None:
+            return _returns(facts, infos[0], expr, via, None, depth)
+        return Sources([Source(expr, ctx, order, via)])
+    dotted = dotted_name(expr)
+    if dotted is None or (isinstance(expr, cst.Name) and expr.value in ("None", "True", "False")):
+        return Sources([Source(expr, ctx, order, via)])
+    if facts.qualname(expr) is not None:
+        return Sources([Source(expr, ctx, order, via)])  # an imported name: itself
+    found = lookup(facts, dotted, ctx, order, [b for b in extra if b.target == dotted])
+    if found.param is not None:
+        return _parameter(facts, found.param, ctx, via, depth)
+    if not found.bindings:
+        return Sources(complete=False)
+    result = Sources()
+    for binding in found.bindings:
+        if binding.value is expr:
+            continue
+        if binding.kind == "event":
+            result.found.append(Source(binding.value, binding.ctx, binding.order, via))
+            continue
+        result.add(_from_binding(facts, binding, via, depth))
+    return result

@@ -1,0 +1,66 @@
+"""Whether one statement can run after another, and which bindings of a name reach a use.
+
+Both answers come from the guards the traversal records (``Context.guards``): each ``if``
+between a statement and its function, with the branch the statement is in, plus the
+early exits (``if not cfg.fsdp: ...; return`` puts the rest of the block in the ``if``'s
+else).  Only statements of the same function are compared; across functions the answer
+is "it can", which is what precision needs from a rule that fires on ordering.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from fsdp_lint.facts.model import Binding, Context
+
+_LEAVES_FUNCTION = ("return", "raise")
+
+
+def exclusive(a: Context, b: Context) -> bool:
+    """``a`` and ``b`` sit in different arms of one ``if`` (an ``elif`` chain included)
+    that no loop of their function repeats, or one of them is in an arm that returns and
+    the other after it: in one call of the function at most one of them runs."""
+    if a.function is not b.function:
+        return False
+    arms_a = {id(g.node): g for g in a.guards}
+    for guard in b.guards:
+        other = arms_a.get(id(guard.node))
+        if other is None or other.branch == guard.branch:
+            continue
+        exit_kind = guard.after_exit or other.after_exit
+        if exit_kind in _LEAVES_FUNCTION or guard.loop_depth == 0:
+            return True
+    return False
+
+
+def can_follow(first: Context, first_order: int, then: Context, then_order: int) -> bool:
+    """``then`` can run after ``first`` in one call of their function (source order, not
+    in exclusive arms).  Different functions: True (nothing is known)."""
+    if first.function is not then.function:
+        return True
+    if then_order <= first_order and not then.loops:
+        return False
+    return not exclusive(first, then)
+
+
+def _on_every_path(binding: Binding, use: Context) -> bool:
+    """The binding runs whenever the use runs: its ifs and loops enclose the use too."""
+    use_arms = {(id(g.node), g.branch) for g in use.guards}
+    if any((id(g.node), g.branch) not in use_arms for g in binding.ctx.guards):
+        return False
+    use_loops = {id(loop.node) for loop in use.loops}
+    return all(id(loop.node) in use_loops for loop in binding.ctx.loops)
+
+
+def reaching(bindings: List[Binding], use: Context, order: int) -> List[Binding]:
+    """Of ``bindings`` (one name, one function), those whose value the use at ``order``
+    may see: earlier in source order, not in an arm exclusive with the use, and not
+    overwritten on every path by a later one."""
+    found: List[Binding] = []
+    for binding in sorted(bindings, key=lambda b: b.order, reverse=True):
+        if binding.order >= order or exclusive(binding.ctx, use):
+            continue
+        found.append(binding)
+        if _on_every_path(binding, use):
+            break
+    return found

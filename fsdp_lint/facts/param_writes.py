@@ -1,0 +1,98 @@
+"""Which writes inside a ``summon_full_params`` block edit parameters.
+
+A write (``facts.index`` records every one as a ``Mutation``) edits parameters when what it
+writes to comes from the gathered module: the module itself (``model.fc.weight = ...``,
+``model.load_state_dict(sd)``), a name bound from it without a copy (``w = model.fc.weight``,
+``for p in model.parameters()``, ``for k, v in model.state_dict().items()``), or any
+``.weight`` / ``.bias`` / ``.data`` / ``.grad`` chain.  Writes to anything else (a dict of
+CPU copies, a stats object, an accumulator tensor) are not parameter edits: they survive
+``writeback=False`` unchanged.  ``.clone()``, ``.item()``, ``.tolist()`` and unknown calls
+make a copy; views (``.detach()``, ``.view()``, ``.data``, ``.to()``, ``.cpu()``, which
+return the same storage when nothing moves) do not.
+"""
+
+from __future__ import annotations
+
+from typing import FrozenSet, Iterable, List, Optional, Set
+
+import libcst as cst
+
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import ModuleFacts, Mutation, WithBlock
+
+PARAM_ATTRS = frozenset({"weight", "bias", "data", "grad"})
+# Methods whose result shares storage (or yields the module's own tensors/submodules).
+_SAME_STORAGE = frozenset(
+    {
+        "detach", "view", "view_as", "reshape", "flatten", "narrow", "select", "squeeze", "unsqueeze",
+        "t", "transpose", "permute", "expand", "expand_as", "as_strided", "to", "cpu", "cuda", "contiguous",
+        "float", "half", "bfloat16", "parameters", "named_parameters", "buffers", "named_buffers",
+        "state_dict", "modules", "named_modules", "children", "named_children", "get_submodule",
+        "get_parameter", "items", "values", "split", "chunk", "unbind", "__getitem__",
+    }
+)
+# Builtins that keep the elements of what they are given.
+_SAME_ELEMENTS = frozenset({"list", "tuple", "dict", "sorted", "reversed", "enumerate", "zip", "iter", "filter", "getattr"})
+
+
+def _root(expr: cst.BaseExpression, names: FrozenSet[str]) -> bool:
+    """``expr`` is (a view of) something reachable from one of ``names``."""
+    while True:
+        dotted = dotted_name(expr)
+        if dotted is not None:
+            parts = dotted.split(".")
+            if any(part in PARAM_ATTRS for part in parts[1:]):
+                return True
+            return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value in PARAM_ATTRS:
+                return True
+            expr = expr.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _SAME_STORAGE:
+                expr = func.value
+            elif isinstance(func, cst.Name) and func.value in _SAME_ELEMENTS and expr.args:
+                return any(_root(a.value, names) for a in expr.args if not a.keyword)
+            else:
+                return False
+        elif isinstance(expr, (cst.Tuple, cst.List)):
+            return any(_root(e.value, names) for e in expr.elements)
+        else:
+            return False
+
+
+def _tainted(facts: ModuleFacts, function, seeds: Iterable[str]) -> FrozenSet[str]:
+    """The seed names plus every name of ``function`` bound from them without a copy."""
+    names: Set[str] = set(seeds)
+    local = [b for b in facts.bindings if b.ctx.function is function]
+    changed = True
+    while changed:
+        changed = False
+        frozen = frozenset(names)
+        for binding in local:
+            if binding.target not in names and _root(binding.value, frozen):
+                names.add(binding.target)
+                changed = True
+    return frozenset(names)
+
+
+def param_edits(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional[str]]) -> List[Mutation]:
+    """The writes inside ``block`` that may edit the parameters of ``modules`` (the gathered
+    modules' names; None stands for a module expression that is not a name, where any
+    write may reach the module)."""
+    writes = [m for m in facts.mutations if any(w is block for w in m.ctx.withs)]
+    if not writes:
+        return []
+    modules = list(modules)
+    if None in modules:
+        return writes
+    names = _tainted(facts, writes[0].ctx.function, modules)
+    # a write whose target is unknown is assumed to edit
+    return [w for w in writes if not w.targets or any(_root(t, names) for t in w.targets)]
+
+
+def block_edits_params(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional[str]]) -> bool:
+    return bool(param_edits(facts, block, modules))
