@@ -236,6 +236,7 @@ class _Indexer:
             leaves_loop=_ends_loop(branch) if branch is not None else False,
             branch=which,
             after_exit=after_exit,
+            order=self.order + 1,
         )
 
     def _guard(self, node: cst.If, branch, which: str) -> Exit:

@@ -32,6 +32,7 @@ class Guard:
     # how the *other* branch ends when the guarded code is the rest of a block after
     # ``if test: ...; return`` (an early exit): "return", "raise", "continue", "break"; else ""
     after_exit: str = ""
+    order: int = 0  # source order of the test (bindings before it may reach it)
 
 
 @dataclass(eq=False)
@@ -175,12 +176,11 @@ class ModuleFacts:
 
         return cpu_param_evidence(self)
 
-    @staticmethod
-    def rank_guard(ctx: Context, min_with_depth: int = 0):
+    def rank_guard(self, ctx: Context, min_with_depth: int = 0):
         """The ``if rank == 0:``-style guard that runs ``ctx`` on one rank only (``facts.ranks``)."""
         from fsdp_lint.facts.ranks import rank_guard
 
-        return rank_guard(ctx, min_with_depth)
+        return rank_guard(self, ctx, min_with_depth)
 
     def summons_entering(self, block: WithBlock):
         """The summon calls that a with-statement enters."""

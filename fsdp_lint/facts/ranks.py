@@ -1,9 +1,15 @@
-"""Rank tests: code that runs on one rank only.
+"""Rank tests: code that runs on one rank (or one process per node) only.
 
-``if rank == 0:``, ``if dist.get_rank() == 0:``, ``if args.local_rank == 0:``,
-``if self.global_rank == 0:``, ``if accelerator.is_main_process:``,
-``if trainer.is_global_zero:``; ``!= 0`` puts the one-rank code in the ``else`` branch.
-A rank test combined with ``and`` still restricts its body to that rank.
+A test is a rank test when it compares a rank with 0 or with the ranks of a
+single-process run: ``rank == 0``, ``dist.get_rank() == 0``, ``args.local_rank in (-1, 0)``,
+``local_rank <= 0``, ``int(os.environ["RANK"]) == 0``; or asks for the main process:
+``accelerator.is_main_process``, ``trainer.is_global_zero``, ``fabric.is_global_zero``,
+``trainer.is_world_process_zero()``, ``args.should_save``.  ``!=``, ``not in``, ``> 0`` and
+``not`` put the one-rank code in the other branch; a rank test combined with ``and`` still
+restricts its body.  A name or attribute assigned a rank test (``is_main = rank == 0``,
+``self.is_main = ...``) and a call of a function of this file that returns one are rank
+tests too.  ``if rank != 0: return`` makes the rest of its block one-rank code (the
+traversal records it as the ``if``'s else branch).
 """
 
 from __future__ import annotations
@@ -13,55 +19,151 @@ from typing import Optional
 
 import libcst as cst
 
+from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.model import Context, Guard
+from fsdp_lint.facts.model import Context, Guard, ModuleFacts
+from fsdp_lint.facts.scopes import module_functions
+from fsdp_lint.facts.values import literal_string
 
-_RANK_NAME = re.compile(r"^(local_|global_|node_)?rank$")
+# ``node_rank`` (every process of a node), ``tp_rank``/``pp_rank`` (a sub-mesh) and
+# ``lora_rank`` are not one rank; ``src_rank`` is any rank.
+_RANK_NAME = re.compile(r"^_*((local|global|world)_)?rank$|^_*(local_)?process_index$")
 _MAIN_FLAGS = frozenset(
-    {"is_main_process", "is_local_main_process", "is_global_zero", "is_rank_zero", "is_master", "is_main"}
+    {
+        "is_main_process", "is_local_main_process", "is_global_zero", "is_rank_zero", "is_master", "is_main",
+        "is_world_process_zero", "is_local_process_zero", "is_master_ordinal", "is_rank0", "is_rank_0",
+        "should_save", "is_main_rank", "is_master_process", "master_process", "is_rank_zero", "is_rank_0",
+        "is_global_master", "is_local_master", "save_on_this_rank", "global_rank_zero", "is_first_rank",
+    }
 )
-_RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank"})
+# Decorators that run a function on one rank only.
+_ONE_RANK_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_local_main_process", "master_only", "main_process_only"})
+_RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank", "get_process_index"})
+_RANK_ENV = re.compile(r"^(LOCAL_|GLOBAL_|NODE_)?RANK$")
+_FLIP = {"body": "orelse", "orelse": "body"}
+MAX_DEPTH = 4
+
+
+def _last(dotted: Optional[str]) -> str:
+    return dotted.rsplit(".", 1)[-1].lstrip("_") if dotted else ""
+
+
+def _integer(expr: cst.BaseExpression) -> Optional[int]:
+    if isinstance(expr, cst.Integer):
+        return int(expr.value, 0)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+        return -int(expr.expression.value, 0)
+    return None
 
 
 def _is_rank_value(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.Call):
         func = expr.func
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-        return name in _RANK_CALLS
-    dotted = dotted_name(expr)
-    return dotted is not None and bool(_RANK_NAME.match(dotted.rsplit(".", 1)[-1]))
+        if name in _RANK_CALLS:
+            return True
+        if name == "int" and expr.args:
+            return _is_rank_value(expr.args[0].value)
+        if name in ("get", "getenv") and expr.args:  # os.environ.get("RANK"), os.getenv("LOCAL_RANK")
+            return bool(_RANK_ENV.match(literal_string(expr.args[0].value) or ""))
+        return False
+    if isinstance(expr, cst.Subscript) and dotted_name(expr.value) in ("os.environ", "environ"):
+        index = expr.slice[0].slice if len(expr.slice) == 1 else None
+        return isinstance(index, cst.Index) and bool(_RANK_ENV.match(literal_string(index.value) or ""))
+    return bool(_RANK_NAME.match(_last(dotted_name(expr))))
 
 
-def _is_zero(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Integer) and expr.value == "0"
-
-
-def one_rank_branch(test: cst.BaseExpression) -> Optional[str]:
-    """'body' or 'orelse': the branch that runs on a single rank; None if not a rank test."""
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return "body" if "body" in (one_rank_branch(test.left), one_rank_branch(test.right)) else None
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = one_rank_branch(test.expression)
-        return {"body": "orelse", "orelse": "body"}.get(inner) if inner else None
-    dotted = dotted_name(test)
-    if dotted is not None and dotted.rsplit(".", 1)[-1] in _MAIN_FLAGS:
+def _compare(test: cst.Comparison) -> Optional[str]:
+    if len(test.comparisons) != 1:
+        return None
+    target = test.comparisons[0]
+    left, op, right = test.left, target.operator, target.comparator
+    if not _is_rank_value(left):
+        if _is_rank_value(right) and _integer(left) == 0 and isinstance(op, (cst.Equal, cst.NotEqual)):
+            left, right = right, left
+        else:
+            return None
+    value = _integer(right)
+    if isinstance(op, (cst.In, cst.NotIn)) and isinstance(right, (cst.Tuple, cst.List, cst.Set)):
+        values = [_integer(e.value) for e in right.elements]
+        if 0 in values and all(v is not None and v <= 0 for v in values):
+            return "body" if isinstance(op, cst.In) else "orelse"
+        return None
+    if value is None:
+        return None
+    if (isinstance(op, cst.Equal) and value == 0) or (isinstance(op, cst.LessThanEqual) and value == 0) or (
+        isinstance(op, cst.LessThan) and value == 1
+    ):
         return "body"
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        left, right = test.left, target.comparator
-        if (_is_rank_value(left) and _is_zero(right)) or (_is_zero(left) and _is_rank_value(right)):
-            if isinstance(target.operator, cst.Equal):
-                return "body"
-            if isinstance(target.operator, cst.NotEqual):
-                return "orelse"
+    if (isinstance(op, cst.NotEqual) and value == 0) or (isinstance(op, cst.GreaterThan) and value == 0) or (
+        isinstance(op, cst.GreaterThanEqual) and value == 1
+    ):
+        return "orelse"
     return None
 
 
-def rank_guard(ctx: Context, min_with_depth: int = 0) -> Optional[Guard]:
-    """The innermost guard that restricts ``ctx`` to one rank (nested at ``min_with_depth``+)."""
+def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = None, ctx: Optional[Context] = None,
+                    order: int = 0, depth: int = 0) -> Optional[str]:
+    """'body' or 'orelse': the branch of ``if test`` that runs on one rank only; None if
+    ``test`` is not a rank test.  With ``facts``/``ctx``, names and calls are followed."""
+    if depth > MAX_DEPTH:
+        return None
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        sides = (one_rank_branch(test.left, facts, ctx, order, depth + 1), one_rank_branch(test.right, facts, ctx, order, depth + 1))
+        return "body" if "body" in sides else None
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = one_rank_branch(test.expression, facts, ctx, order, depth + 1)
+        return _FLIP.get(inner) if inner else None
+    if isinstance(test, cst.Comparison):
+        return _compare(test)
+    if isinstance(test, cst.Call):
+        func = test.func
+        if _last(dotted_name(func)) in _MAIN_FLAGS:
+            return "body"
+        if facts is not None and isinstance(func, cst.Name) and facts.qualname(func) is None:
+            return _returns_rank_test(facts, func.value, depth)
+        return None
+    dotted = dotted_name(test)
+    if dotted is None:
+        return None
+    if _last(dotted) in _MAIN_FLAGS:
+        return "body"
+    if facts is None or ctx is None:
+        return None
+    answers = set()
+    found = sources(facts, test, ctx, order)
+    for source in found.found:
+        if source.expr is test:
+            return None
+        answers.add(one_rank_branch(source.expr, facts, source.ctx, source.order, depth + 1))
+    return answers.pop() if found.found and len(answers) == 1 else None
+
+
+def _returns_rank_test(facts: ModuleFacts, name: str, depth: int) -> Optional[str]:
+    infos = module_functions(facts, name)
+    if len(infos) != 1:
+        return None
+    answers = {
+        one_rank_branch(r.value, facts, r.ctx, r.order, depth + 1)
+        for r in facts.returns
+        if r.ctx.function is infos[0].node and r.value is not None
+    }
+    return answers.pop() if len(answers) == 1 else None
+
+
+def rank_guard(facts: ModuleFacts, ctx: Context, min_with_depth: int = 0):
+    """The innermost guard that restricts ``ctx`` to one rank (nested at ``min_with_depth``+):
+    an ``if``'s ``Guard``, or the ``Decorator`` of a function that runs on one rank only
+    (``@rank_zero_only``, ``@accelerator.on_main_process``)."""
     for guard in reversed(ctx.guards):
         if guard.with_depth < min_with_depth:
             continue
-        if one_rank_branch(guard.node.test) == guard.branch:
+        if one_rank_branch(guard.node.test, facts, ctx, guard.order) == guard.branch:
             return guard
+    if ctx.function is not None and min_with_depth == 0:
+        for decorator in ctx.function.decorators:
+            node = decorator.decorator
+            name = dotted_name(node.func if isinstance(node, cst.Call) else node)
+            if _last(name) in _ONE_RANK_DECORATORS:
+                return decorator
     return None

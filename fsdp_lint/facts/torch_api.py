@@ -45,6 +45,7 @@ FULL_STATE_DICT_FUNCTIONS = frozenset(
     {
         "torch.distributed.checkpoint.state_dict.get_model_state_dict",
         "torch.distributed.checkpoint.state_dict.get_state_dict",
+        "torch.distributed.checkpoint.state_dict.get_optimizer_state_dict",
     }
 )
 CLIP_GRAD_NORM = frozenset(

@@ -24,12 +24,17 @@ class SummonNotEntered(Rule):
     )
     doc = """\
 ## What it does
-Checks for a torch FSDP `summon_full_params(...)` call used as a bare expression statement.
+Checks for a `summon_full_params(...)` call used as a bare expression statement, whatever
+the receiver: torch's `FullyShardedDataParallel.summon_full_params` (class or instance
+form) and the instance methods of fairscale, fairseq and metaseq's FSDP classes are all
+generator-based context managers.
 
 ## Why is this bad?
 `summon_full_params` is a context manager: calling it only builds the generator. Nothing
 is all-gathered and the code after it works on the local shards (measured on torch 2.13.0,
-CPU/gloo: the parameters keep their sharded shapes).
+CPU/gloo: the parameters keep their sharded shapes). fairscale's
+`FullyShardedDataParallel.summon_full_params` is a `@contextlib.contextmanager` too, so
+the same statement is a no-op there.
 
 ## Example
 ```python
@@ -55,11 +60,11 @@ No automatic fix: which statements belong inside the block is the author's decis
 """
 
     def check(self, facts, report):
-        for summon in facts.summons():
-            if summon.site.bare:
+        for site in facts.calls:
+            if site.bare and site.attr == "summon_full_params":
                 report(
-                    summon.node,
+                    site.node,
                     "`summon_full_params(...)` is a context manager: called as a statement it gathers "
-                    "nothing; use `with FSDP.summon_full_params(...):`",
-                    statement=summon.site.ctx.statement,
+                    "nothing and the code after it sees the local shards; use `with ...summon_full_params(...):`",
+                    statement=site.ctx.statement,
                 )

@@ -116,4 +116,39 @@ other code with it.
                     continue
                 report(opt.node, message, statement=opt.ctx.statement)
                 break
+            else:
+                self._framework_wrap(facts, report, optimizer, same)
+
+    @staticmethod
+    def _framework_wrap(facts, report, optimizer, same):
+        """``accelerator.prepare(model, optimizer)`` with an FSDP1 plugin that sets
+        ``use_orig_params=False``: accelerate wraps the model and leaves the optimizer alone."""
+        from fsdp_lint.facts.flow import can_follow
+        from fsdp_lint.facts.frameworks import accelerate_fsdp1_keeps_stale_optimizer, framework_of
+        from fsdp_lint.facts.imports import dotted_name
+
+        plugin = accelerate_fsdp1_keeps_stale_optimizer(facts)
+        opt = optimizer.site
+        if plugin is None:
+            return
+        for site in facts.calls:
+            func = site.node.func
+            if site.attr != "prepare" or site.ctx.function is not opt.ctx.function or site.order <= opt.order:
+                continue
+            if not can_follow(opt.ctx, opt.order, site.ctx, site.order):
+                continue
+            if not any(same(dotted_name(a.value), optimizer.module) for a in site.node.args):
+                continue
+            if framework_of(facts, func.value, site) != "accelerator":
+                continue
+            report(
+                opt.node,
+                f"optimizer built from `{optimizer.module}.parameters()` before `accelerator.prepare` (line "
+                f"{report.row(site.node)}) wraps `{optimizer.module}` with FSDP1 and `use_orig_params=False` "
+                f"(line {report.row(plugin)}): accelerate leaves the optimizer on the old parameters and the "
+                f"weights never change; prepare the model first and build the optimizer from it, or set "
+                "`use_orig_params=True`",
+                statement=opt.ctx.statement,
+            )
+            return
 

@@ -13,8 +13,17 @@ class CollectiveOnOneRank(Rule):
     fix_availability = FIX_NEVER
     markers = (
         # state_dict() counts only on a module this file wraps with FSDP(...)
-        ("FullyShardedDataParallel", "get_model_state_dict", "get_state_dict", "summon_full_params"),
-        ("rank", "is_main_process", "is_global_zero", "is_master"),
+        (
+            "FullyShardedDataParallel", "get_model_state_dict", "get_state_dict", "get_optimizer_state_dict",
+            "summon_full_params", "optim_state_dict", "full_optim_state_dict", "barrier", "monitored_barrier",
+            "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+            "broadcast_object_list", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+            "gather", "gather_object", "scatter", "scatter_object_list", "reduce", "save_model", "save_state",
+            "load_state", "wait_for_everyone", "gather_for_metrics", "pad_across_processes", "save_checkpoint",
+            "save", "load",
+        ),
+        ("rank", "RANK", "main_process", "is_global_zero", "is_master", "process_zero", "should_save",
+         "process_index", "is_main", "master_only"),
     )
     scenario = Scenario(
         program="fsd104_collective_on_one_rank.py",
@@ -75,29 +84,26 @@ No automatic fix: the gathering call has to move before the rank test.
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts import torch_api
-        from fsdp_lint.facts.imports import dotted_name
+        from fsdp_lint.facts.collectives import Collective, balanced, torch_collective
+        from fsdp_lint.facts.frameworks import framework_collective
 
-        fsdp1 = facts.fsdp_modules().fsdp1
-        summons = {id(s.node) for s in facts.summons()}
         for site in facts.calls:
-            if not site.ctx.guards:
+            if not site.ctx.guards and site.ctx.function is None:
                 continue
-            what = None
-            if id(site.node) in summons:
-                what = "`summon_full_params` (an all-gather)"
-            elif site.attr == "state_dict" and dotted_name(getattr(site.node.func, "value", None)) in fsdp1:
-                what = "a full FSDP state dict (an all-gather)"
-            elif facts.qualname(site.node.func) in torch_api.FULL_STATE_DICT_FUNCTIONS:
-                what = f"`{site.attr}` (a collective)"
-            if what is None:
+            collective = torch_collective(facts, site)
+            if collective is None:
+                words = framework_collective(facts, site)
+                collective = Collective(words) if words else None
+            if collective is None:
                 continue
             guard = facts.rank_guard(site.ctx)
             if guard is None:
                 continue
+            if collective.balanced_by and balanced(facts, site, collective.balanced_by):
+                continue
             report(
                 site.node,
-                f"{what} called only under the rank test at line {report.row(guard.node)}: the other ranks never "
-                "join and the job hangs; gather on every rank, then save under the rank test",
+                f"{collective.what} called only under the rank test at line {report.row(guard.node)}: the other ranks "
+                "never join and the job hangs; gather on every rank, then save under the rank test",
                 statement=site.ctx.statement,
             )

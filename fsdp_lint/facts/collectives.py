@@ -1,0 +1,124 @@
+"""Calls that every rank must make (collectives), and whether a model is sharded yet.
+
+- torch FSDP: ``summon_full_params``; ``state_dict()`` of an FSDP1 module (a full state dict
+  all-gathers); ``FSDP.optim_state_dict`` / ``full_optim_state_dict``;
+  ``torch.distributed.checkpoint.state_dict.get_*state_dict`` on a sharded model.
+- ``torch.distributed`` collectives and barriers (in every configuration).
+- framework calls (``facts.frameworks``).
+A gathering call on a model that is not sharded yet at that point (built by rank 0 before
+``fully_shard``/``FSDP`` wraps it later in the same function) runs no collective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import CallSite, ModuleFacts
+from fsdp_lint.facts.summon import summon_calls
+
+DIST_COLLECTIVES = frozenset(
+    {
+        "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+        "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
+        "all_to_all", "all_to_all_single", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
+    }
+)
+FSDP_OPTIM_STATE = frozenset({"optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict"})
+_WRAP_WORDS = ("shard", "fsdp", "wrap", "parallelize")
+
+
+@dataclass
+class Collective:
+    what: str  # words for the message
+    balanced_by: Optional[str] = None  # a torch.distributed collective: its name, matched on other ranks' paths
+
+
+def _model_arg(call: cst.Call) -> Optional[cst.BaseExpression]:
+    first = next((a for a in call.args if a.keyword is None and not a.star), None)
+    if first is None:
+        first = next((a for a in call.args if a.keyword is not None and a.keyword.value in ("model", "module")), None)
+    return first.value if first is not None else None
+
+
+def sharded_later(facts: ModuleFacts, expr: Optional[cst.BaseExpression], site: CallSite) -> bool:
+    """``expr`` is handed to a wrapping call later in the same function (``fully_shard(model)``,
+    ``FSDP(model)``, or a helper named for it: ``prepare_fully_shard(model)``,
+    ``apply_fsdp(model)``, ``shard_model(model)``): at ``site`` it is not sharded yet."""
+    name = dotted_name(expr) if expr is not None else None
+    if name is None:
+        return False
+    for later in facts.calls:
+        if later.order <= site.order or later.ctx.function is not site.ctx.function:
+            continue
+        callee = (dotted_name(later.node.func) or "").rsplit(".", 1)[-1].lower()
+        qualname = facts.qualname(later.node.func)
+        wraps = qualname in torch_api.FSDP_CLASS or qualname in torch_api.FULLY_SHARD or any(w in callee for w in _WRAP_WORDS)
+        if wraps and any(dotted_name(a.value) == name for a in later.node.args):
+            return True
+    return False
+
+
+def _on_subgroup(call: cst.Call, name: str) -> bool:
+    """A ``group=`` other than None (or one passed by position) restricts the collective."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value in ("group", "process_group"):
+            return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    group_position = 0 if name in ("barrier", "monitored_barrier") else 2
+    return len(positional) > group_position
+
+
+def balanced(facts: ModuleFacts, site: CallSite, qualname: str) -> bool:
+    """The other ranks call the same collective on their own path: another call of it in
+    the same function sits in the branch of a rank test that excludes the one rank
+    (``if local_rank not in (-1, 0): dist.barrier()`` ... ``if local_rank == 0: dist.barrier()``)."""
+    from fsdp_lint.facts.ranks import one_rank_branch
+
+    for other in facts.calls:
+        if other is site or other.ctx.function is not site.ctx.function or facts.qualname(other.node.func) != qualname:
+            continue
+        for guard in other.ctx.guards:
+            branch = one_rank_branch(guard.node.test, facts, other.ctx, guard.order)
+            if branch is not None and branch != guard.branch:
+                return True
+    return False
+
+
+def _not_sharded_here(facts: ModuleFacts, expr, site: CallSite) -> bool:
+    if sharded_later(facts, expr, site):
+        return True
+    found = origins(facts, expr, site.ctx, site.order)
+    return found.complete and not found.wraps
+
+
+def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]:
+    node = site.node
+    func = node.func
+    if facts.cached("summon_ids", lambda f: {id(s.node) for s in summon_calls(f)}).__contains__(id(node)):
+        if sharded_later(facts, _model_arg(node), site):
+            return None
+        return Collective("`summon_full_params` (an all-gather)")
+    qualname = facts.qualname(func) or ""
+    if site.attr == "state_dict" and isinstance(func, cst.Attribute) and not node.args:
+        found = origins(facts, func.value, site.ctx, site.order)
+        if found.fsdp1 or (not found.complete and not found.wraps and not found.plain
+                           and dotted_name(func.value) in fsdp_modules(facts).fsdp1):
+            return Collective("a full FSDP state dict (an all-gather)")
+        return None
+    if qualname in torch_api.FULL_STATE_DICT_FUNCTIONS or (
+        site.attr in FSDP_OPTIM_STATE and any(qualname == f"{c}.{site.attr}" for c in torch_api.FSDP_CLASS)
+    ):
+        if _not_sharded_here(facts, _model_arg(node), site):
+            return None
+        return Collective(f"`{site.attr}` (a collective)")
+    if qualname.startswith("torch.distributed.") and qualname.rsplit(".", 1)[-1] in DIST_COLLECTIVES and qualname.count(".") == 2:
+        if _on_subgroup(node, qualname.rsplit(".", 1)[-1]):
+            return None  # only the group's members take part
+        return Collective(f"`{qualname.rsplit('.', 1)[-1]}` (a collective)", balanced_by=qualname)
+    return None

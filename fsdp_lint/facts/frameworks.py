@@ -1,0 +1,143 @@
+"""What training frameworks do with FSDP, read from their sources (pinned versions).
+
+Sources (line numbers as of the versions named):
+- accelerate 1.15.0 ``accelerator.py``: ``get_state_dict`` all-gathers under FSDP1
+  (``model.state_dict()`` with ``FullStateDictConfig(offload_to_cpu=True, rank0_only=True)``,
+  l. 4101-4107) and FSDP2 (``get_model_state_dict``, l. 4096-4100); ``save_model`` calls
+  it (l. 3530); ``save_state``/``load_state`` run ``save_fsdp_model``/``load_fsdp_model``
+  on every rank (l. 3701, 3849); ``wait_for_everyone``, ``gather``, ``gather_for_metrics``,
+  ``reduce``, ``pad_across_processes`` are collectives in every distributed configuration
+  (``state.py`` l. 412, ``utils/operations.py``).  ``save`` guards itself (main process only).
+  ``prepare(model, optimizer)`` re-points the optimizer for FSDP2 only (l. 1766); under
+  FSDP1 an optimizer built from the unwrapped model keeps stale parameters unless
+  ``use_orig_params=True`` (``FullyShardedDataParallelPlugin`` defaults to False in code,
+  ``utils/dataclasses.py`` l. 1938).
+- transformers 5.24.0 ``trainer.py``: ``save_model`` all-gathers under FSDP with a full
+  state dict (the Trainer default, l. 4105); under DDP it guards itself (``should_save``).
+- lightning 2.6.6: ``Fabric.save``/``Fabric.load`` end in ``self.barrier()`` (``fabric.py``
+  l. 867, 915) in every multi-process strategy, and the docstring says "must be called on
+  all processes"; ``Trainer.save_checkpoint`` ends in ``strategy.barrier`` (``trainer.py``
+  l. 1465).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import CallSite, ModuleFacts
+from fsdp_lint.facts.values import keyword_args, literal_bool, literal_string
+
+ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+FABRIC = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric", "lightning.fabric.fabric.Fabric"})
+LIGHTNING_TRAINER = frozenset({"lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer"})
+FSDP_PLUGIN = frozenset({"accelerate.FullyShardedDataParallelPlugin", "accelerate.utils.FullyShardedDataParallelPlugin"})
+
+# framework -> methods every rank must call, in every distributed configuration
+ALWAYS = {
+    "accelerator": frozenset({"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}),
+    "fabric": frozenset({"save", "load", "barrier", "all_gather", "all_reduce", "broadcast"}),
+    "lightning_trainer": frozenset({"save_checkpoint"}),
+}
+# framework -> methods that gather a sharded model when the job uses FSDP
+WITH_FSDP = {
+    "accelerator": frozenset({"get_state_dict", "save_model", "save_state", "load_state"}),
+    "hf_trainer": frozenset({"save_model"}),
+}
+_FRAMEWORK_BY_NAME = {"accelerator": "accelerator", "fabric": "fabric"}
+
+
+def framework_of(facts: ModuleFacts, receiver: cst.BaseExpression, site: CallSite) -> Optional[str]:
+    """Which framework object ``receiver`` is: by the constructor it comes from, else by its
+    conventional name (``accelerator``, ``self.accelerator``, ``fabric``, a Lightning
+    module's ``self.trainer``, an HF script's ``trainer``)."""
+    for source in sources(facts, receiver, site.ctx, site.order).found:
+        if isinstance(source.expr, cst.Call):
+            qualname = facts.qualname(source.expr.func) or ""
+            if qualname in ACCELERATOR:
+                return "accelerator"
+            if qualname in FABRIC:
+                return "fabric"
+            if qualname in LIGHTNING_TRAINER:
+                return "lightning_trainer"
+            if qualname.startswith(("transformers.", "trl.")) and qualname.endswith("Trainer"):
+                return "hf_trainer"
+    name = (dotted_name(receiver) or "").rsplit(".", 1)[-1]
+    if name in _FRAMEWORK_BY_NAME:
+        return _FRAMEWORK_BY_NAME[name]
+    if name == "trainer":
+        if facts.imports.imports_from("lightning") or facts.imports.imports_from("pytorch_lightning"):
+            return None if facts.imports.imports_from("transformers") else "lightning_trainer"
+        if facts.imports.imports_from("transformers") or facts.imports.imports_from("trl"):
+            return "hf_trainer"
+    return None
+
+
+def _shows_fsdp(facts: ModuleFacts) -> bool:
+    if facts.imports.imports_from(torch_api.FSDP_PACKAGE):
+        return True
+    for site in facts.calls:
+        qualname = facts.qualname(site.node.func) or ""
+        if qualname in FSDP_PLUGIN or qualname.endswith(("FSDPStrategy", "FullyShardedDataParallelPlugin")):
+            return True
+        for arg in site.node.args:
+            keyword = arg.keyword.value if arg.keyword is not None else ""
+            if keyword in ("fsdp_plugin", "fsdp_config"):
+                return True
+            if keyword in ("strategy", "fsdp"):
+                text = literal_string(arg.value) or ""
+                if "fsdp" in text or "full_shard" in text or "shard_grad_op" in text:
+                    return True
+    return False
+
+
+def shows_fsdp(facts: ModuleFacts) -> bool:
+    """The file configures FSDP for its framework: a torch FSDP import, an accelerate
+    ``FullyShardedDataParallelPlugin``/``fsdp_plugin=``, a Lightning ``FSDPStrategy`` or
+    ``strategy="fsdp..."``, a transformers ``fsdp=``/``fsdp_config=`` argument."""
+    return facts.cached("shows_fsdp", _shows_fsdp)
+
+
+def framework_collective(facts: ModuleFacts, site: CallSite) -> Optional[str]:
+    """'`accelerator.get_state_dict`'-style words when ``site`` is a framework call that
+    every rank must make here, else None."""
+    func = site.node.func
+    if not isinstance(func, cst.Attribute) or facts.qualname(func) is not None:
+        return None
+    method = func.attr.value
+    if not any(method in names for names in (*ALWAYS.values(), *WITH_FSDP.values())):
+        return None
+    framework = framework_of(facts, func.value, site)
+    if framework is None:
+        return None
+    if method in ALWAYS.get(framework, frozenset()) or (
+        method in WITH_FSDP.get(framework, frozenset()) and shows_fsdp(facts)
+    ):
+        return f"`{facts.module.code_for_node(func)}` (every rank must call it)"
+    return None
+
+
+def accelerate_fsdp1_keeps_stale_optimizer(facts: ModuleFacts) -> Optional[cst.Call]:
+    """The file's ``FullyShardedDataParallelPlugin(...)`` when it wraps with FSDP1 and
+    ``use_orig_params=False`` (accelerate then leaves an optimizer built from the unwrapped
+    model pointing at stale parameters).  Left out, the value comes from the launcher's
+    configuration (``accelerate launch`` defaults to True): not flagged."""
+    for site in facts.calls:
+        qualname = facts.qualname(site.node.func) or ""
+        if qualname not in FSDP_PLUGIN:
+            continue
+        kwargs = keyword_args(site.node)
+        if any(a.star for a in site.node.args):
+            continue
+        version = kwargs.get("fsdp_version")
+        if version is not None and not (isinstance(version.value, cst.Integer) and version.value.value == "1"):
+            continue
+        orig = kwargs.get("use_orig_params")
+        if orig is not None and literal_bool(orig.value) is False:
+            return site.node
+    return None
+
