@@ -23,6 +23,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import Source, Sources, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
+from fsdp_lint.facts.scopes import function_info
 from fsdp_lint.facts.values import UNKNOWN, keyword_args, literal_bool, literal_string
 
 
@@ -196,7 +197,10 @@ class Argument:
 
 
 def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Tuple[Dict[str, Source], bool]]]:
-    """The dicts ``**expr`` may expand to: (entries, complete) each; None when unreadable."""
+    """The dicts ``**expr`` may expand to; None when unreadable."""
+    star = _star_kwargs_of_call(facts, expr, ctx, via)
+    if star is not None:
+        return star
     result = []
     found = sources(facts, expr, ctx, order, via)
     if not found.complete or not found.found:
@@ -221,6 +225,29 @@ def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Tu
             return None
         result.append(entries)
     return result
+
+
+def _star_kwargs_of_call(facts: ModuleFacts, expr, ctx, via) -> Optional[List[Dict[str, Source]]]:
+    """``**kwargs`` of a wrapper ``def wrap(m, **kwargs): return FSDP(m, **kwargs)`` reached
+    through a call ``wrap(net, cpu_offload=...)``: the call's extra keyword arguments."""
+    info = function_info(facts, ctx.function) if ctx.function is not None else None
+    if not (isinstance(expr, cst.Name) and info is not None and expr.value == info.star_kwargs and via):
+        return None
+    call = via[-1]
+    caller = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(call))
+    if caller is None:
+        return None
+    named = set(info.param_names)
+    entries: Dict[str, Source] = {}
+    for arg in call.args:
+        if arg.star == "**":
+            more = _dict_entries(facts, arg.value, caller.ctx, caller.order, via[:-1])
+            if more is None or len(more) != 1:
+                return None
+            entries.update(more[0])
+        elif arg.keyword is not None and arg.keyword.value not in named:
+            entries[arg.keyword.value] = Source(arg.value, caller.ctx, caller.order, via[:-1])
+    return [entries]
 
 
 def argument(facts: ModuleFacts, origin: Origin, name: str) -> Argument:

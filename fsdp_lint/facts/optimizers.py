@@ -144,8 +144,10 @@ def _mentions(node: cst.CSTNode, name: str) -> bool:
 
 def used_after(facts: ModuleFacts, name: str, function, order: int) -> Optional[cst.CSTNode]:
     """A use of ``name`` after ``order`` in ``function`` (``name.step()``, ``f(name)``,
-    ``return model, name``, ``self.opt = name``); for an attribute (``self.optimizer``),
-    any use in another function counts too."""
+    ``return model, name``, ``self.opt = name``).  An attribute (``self.optimizer``)
+    outlives the function: it is used later by whoever holds the object."""
+    if "." in name:
+        return facts.module
     rebinds = [b.order for b in facts.bindings if b.target == name and b.ctx.function is function and b.order > order]
     until = min(rebinds, default=None)  # a new value bound to the name ends the old one's life
 

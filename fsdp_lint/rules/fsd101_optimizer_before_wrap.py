@@ -12,7 +12,7 @@ class OptimizerBeforeWrap(Rule):
     summary = "optimizer built from a module's parameters before FSDP wraps it, or from the unwrapped module"
     fix_availability = FIX_NEVER
     markers = (
-        ("FullyShardedDataParallel", "fully_shard"),
+        ("FullyShardedDataParallel", "fully_shard", "FullyShardedDataParallelPlugin"),
         ("parameters(",),
         ("optim", "Adam", "SGD", "Adagrad", "Adadelta", "RMSprop", "Rprop", "Lion", "Lamb", "LAMB", "Adafactor"),
     )
