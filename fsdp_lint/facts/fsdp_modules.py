@@ -368,8 +368,9 @@ def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
         if strategy.known and strategy.sources.complete:
             names = set()
             for source in strategy.sources.found:
-                if isinstance(source.expr, cst.Attribute):
-                    names.add(source.expr.attr.value)
+                member = (facts.qualname(source.expr) or dotted_name(source.expr) or "").rsplit(".", 1)[-1]
+                if isinstance(source.expr, (cst.Attribute, cst.Name)) and member.isupper():
+                    names.add(member)
                 elif isinstance(source.expr, cst.Name) and source.expr.value == "None":
                     names.add("FULL_SHARD")
                 else:
