@@ -122,6 +122,12 @@ def framework_collective(facts: ModuleFacts, site: CallSite) -> Optional[str]:
 
 
 def accelerate_fsdp1_keeps_stale_optimizer(facts: ModuleFacts) -> Optional[cst.Call]:
+    if not facts.imports.imports_from("accelerate"):
+        return None
+    return facts.cached("accelerate_stale_plugin", _stale_plugin)
+
+
+def _stale_plugin(facts: ModuleFacts) -> Optional[cst.Call]:
     """The file's ``FullyShardedDataParallelPlugin(...)`` when it wraps with FSDP1 and
     ``use_orig_params=False`` (accelerate then leaves an optimizer built from the unwrapped
     model pointing at stale parameters).  Left out, the value comes from the launcher's

@@ -155,7 +155,12 @@ class ModuleFacts:
         return self._cache[key]
 
     def qualname(self, expr) -> Optional[str]:
-        return self.imports.qualname(expr)
+        """The imported name ``expr`` stands for (``facts.imports``), memoised per node."""
+        memo = self._cache.setdefault("qualnames", {})
+        hit = memo.get(id(expr))
+        if hit is None or hit[0] is not expr:  # the node is kept so that its id is never reused
+            hit = memo[id(expr)] = (expr, self.imports.qualname(expr))
+        return hit[1]
 
     # -- derived facts, shared by all rules ----------------------------------------
     def summons(self):

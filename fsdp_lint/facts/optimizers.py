@@ -21,6 +21,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
+from fsdp_lint.facts.walk import push_children
 
 _OPTIMIZER_NAME = re.compile(r"(Adam|AdamW|SGD|Adagrad|Adadelta|Adamax|RMSprop|Rprop|Lion|Lamb|LAMB|Adafactor)\w*$")
 _PARAMETER_CALLS = frozenset({"parameters", "named_parameters"})
@@ -39,25 +40,30 @@ class OptimizerSite:
 
 
 def _parameters_owner(expr: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """The receiver of the first ``X.parameters()`` call inside ``expr``."""
     stack = [expr]
     while stack:
         node = stack.pop()
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             if node.func.attr.value in _PARAMETER_CALLS and dotted_name(node.func.value) is not None:
                 return node.func.value
-        stack.extend(node.children)
+        push_children(node, stack)
     return None
 
 
-def _is_optimizer_class(facts: ModuleFacts, site: CallSite) -> bool:
-    func = site.node.func
-    qualname = facts.qualname(func) or ""
+def _named_optimizer(facts: ModuleFacts, site: CallSite) -> bool:
+    """The callee says optimizer: a ``torch.optim`` class or an optimizer-like name."""
+    qualname = facts.qualname(site.node.func) or ""
     name = site.attr or ""
     if qualname.startswith(torch_api.OPTIMIZER_PACKAGE + ".") and name[:1].isupper():
         return True
-    if _OPTIMIZER_NAME.search(name) or "optim" in name.lower():
-        return True
-    if qualname or not isinstance(func, (cst.Name, cst.Attribute)):
+    return bool(_OPTIMIZER_NAME.search(name)) or "optim" in name.lower()
+
+
+def _holds_optimizer_class(facts: ModuleFacts, site: CallSite) -> bool:
+    """``optimizer_cls = torch.optim.AdamW``; ``optimizer_cls(...)``."""
+    func = site.node.func
+    if facts.qualname(func) is not None or not isinstance(func, (cst.Name, cst.Attribute)):
         return False
     for source in sources(facts, func, site.ctx, site.order).found:  # a class held in a variable
         held = facts.qualname(source.expr) or ""
@@ -89,12 +95,14 @@ def _compute(facts: ModuleFacts) -> List[OptimizerSite]:
         if arg is None or arg.star or site.attr is None:
             candidates.append(site)
             continue
-        owner = _parameters_owner(arg.value)
-        if owner is None or arg.value is None:
-            candidates.append(site)
-            continue
-        if _is_optimizer_class(facts, site):
-            found.append(OptimizerSite(site, owner, targets.get(id(site.node))))
+        value = arg.value
+        direct = isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _PARAMETER_CALLS
+        if _named_optimizer(facts, site) or (direct and _holds_optimizer_class(facts, site)):
+            owner = _parameters_owner(value)
+            if owner is not None:
+                found.append(OptimizerSite(site, owner, targets.get(id(site.node))))
+                continue
+        candidates.append(site)
     factories = _factory_methods(facts, found)
     for site in candidates:
         func = site.node.func
@@ -136,9 +144,9 @@ def _mentions(node: cst.CSTNode, name: str) -> bool:
     stack = [node]
     while stack:
         item = stack.pop()
-        if dotted_name(item) == name if isinstance(item, (cst.Name, cst.Attribute)) else False:
+        if isinstance(item, (cst.Name, cst.Attribute)) and dotted_name(item) == name:
             return True
-        stack.extend(item.children)
+        push_children(item, stack)
     return False
 
 
