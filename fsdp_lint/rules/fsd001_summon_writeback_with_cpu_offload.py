@@ -25,10 +25,16 @@ class SummonWritebackWithCpuOffload(Rule):
 ## What it does
 Checks for `FullyShardedDataParallel.summon_full_params(...)` calls (class or instance
 form, any import alias) that leave `writeback` at its default `True` (or pass a literal
-`True`) in a module that keeps FSDP parameters on the CPU: `CPUOffload(offload_params=True)`,
+`True`) on a model whose FSDP parameters live on the CPU: `CPUOffload(offload_params=True)`,
 FSDP2 `CPUOffloadPolicy(...)`, or FSDP placed on the CPU device
-(`device_id=torch.device("cpu")`). A non-literal `writeback` (a variable) is an explicit
-choice and is not flagged.
+(`device_id=torch.device("cpu")`). The decision is per model: the summoned module is
+followed to the constructions it can come from (local and class attributes, helper
+functions and their `**kwargs`, `functools.partial`, dicts passed as `**cfg`, module
+constants, conditional expressions); a model built without offload in a file that also
+offloads another one is not flagged. When the model cannot be followed (a function
+parameter, a model built in another file), the module-level answer applies: any offload
+configuration in the file. A non-literal `writeback` (a variable) is an explicit choice
+and is not flagged.
 
 ## Why is this bad?
 With `writeback=True`, leaving the block copies this rank's slice of the full parameters

@@ -26,7 +26,11 @@ Checks for parameters modified (in-place tensor methods such as `add_`/`copy_`/`
 augmented, subscript or attribute assignment, `load_state_dict`) inside a torch FSDP
 `summon_full_params(..., rank0_only=True)` block, and for modifications made only under a
 rank test (`if rank == 0:`, `if dist.get_rank() == 0:`, `if accelerator.is_main_process:`)
-inside a summon block that writes back.
+inside a summon block that writes back. A write is a parameter edit when its target comes
+from the gathered module: the module itself, a name bound from it without a copy
+(`for p in model.parameters()`, `w = model.fc.weight`, `.detach()`, `.data`), or a
+`.weight`/`.bias`/`.data`/`.grad` chain. Filling a dict with copies, counters on a stats
+object or an accumulator tensor are not edits.
 
 ## Why is this bad?
 With `rank0_only=True` (which requires `writeback=False`) only rank 0 gathers the full

@@ -29,10 +29,22 @@ class OptimizerBeforeWrap(Rule):
     doc = """\
 ## What it does
 Checks for an optimizer built from `m.parameters()` before `m` is wrapped by torch FSDP
-(`FSDP(m, ...)` or FSDP2 `fully_shard(m)`) in the same function and still used after the
-wrap; and for an optimizer built after wrapping but from the unwrapped module object
-(`self.model = FSDP(model)` then `Adam(model.parameters())`). FSDP1 with
-`use_orig_params=True` keeps the original parameter objects and is not flagged.
+(`FSDP(m, ...)`, `FSDP(module=m)`, FSDP2 `fully_shard(m)`, also inside an `if`) in the same
+function and still used after the wrap: called, returned (`return model, optimizer`),
+stored on an object (`self.optimizer = ...`) or passed on (`Trainer(model, optimizer)`);
+and for an optimizer built after wrapping from the unwrapped module object
+(`self.model = FSDP(model)` then `Adam(model.parameters())`). Names are followed through
+aliases (`self.model = model`). An optimizer is a `torch.optim` class, an optimizer-like
+class or variable (`optimizer_cls = torch.optim.AdamW`; `optimizer_cls(params=...)`), or
+`m.configure_optimizers(...)` / a method of this file that builds one from
+`self.parameters()`. FSDP1 with `use_orig_params=True` (or a value that is not visible)
+keeps the original parameter objects and is not flagged; branches that exclude each
+other are not an order.
+Through accelerate (1.15.0): `accelerator.prepare(model, optimizer)` with a
+`FullyShardedDataParallelPlugin(use_orig_params=False)` (FSDP1) wraps the model and leaves
+the optimizer's parameters alone (accelerate re-points them for FSDP2 only,
+`accelerator.py` l. 1766); with the plugin's value left to the launcher (`accelerate launch`
+defaults to `True`) nothing is flagged.
 
 ## Why is this bad?
 FSDP replaces the module's parameters (by flat parameters, or FSDP2 DTensors). The

@@ -22,7 +22,9 @@ class ClipGradNormOnShardedFsdp(Rule):
 ## What it does
 Checks for `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` (any import alias) where
 `m` is wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy (the default
-`FULL_SHARD`, `SHARD_GRAD_OP`, `HYBRID_SHARD`). Not for FSDP2 (`fully_shard`), where the
+`FULL_SHARD`, `SHARD_GRAD_OP`, `HYBRID_SHARD`). The module must be FSDP1-wrapped on every
+path to the call, with a strategy that is visible: written, or held in a variable, module
+constant or config function of this file. Not for FSDP2 (`fully_shard`), where the
 gradients are DTensors and `torch.nn.utils.clip_grad_norm_` is correct, nor for `NO_SHARD`.
 
 ## Why is this bad?

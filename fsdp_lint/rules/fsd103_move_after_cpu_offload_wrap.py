@@ -26,8 +26,10 @@ class MoveAfterCpuOffloadWrap(Rule):
     )
     doc = """\
 ## What it does
-Checks for `.cuda()` or `.to(...)` (other than to the CPU) on a name bound to
-`FSDP(..., cpu_offload=CPUOffload(offload_params=True))`, after that wrap.
+Checks for `.cuda()` or `.to(...)` (other than to the CPU or to a dtype) on a module that at
+that point can be `FSDP(..., cpu_offload=CPUOffload(offload_params=True))`: the wrap reaches
+the move (not in an exclusive `if`/`elif` arm, not behind a `return`), through variables,
+class attributes and the offload configuration's variables.
 
 ## Why is this bad?
 With parameter offload FSDP keeps the parameters on the CPU and moves them itself. Moving

@@ -40,12 +40,29 @@ class CollectiveOnOneRank(Rule):
     )
     doc = """\
 ## What it does
-Checks for collectives reached on one rank only, under a rank test (`if rank == 0:`,
-`if dist.get_rank() == 0:`, `if local_rank == 0:`, `if accelerator.is_main_process:`,
-`if trainer.is_global_zero:`): `state_dict()` on a module wrapped by FSDP1 in this file,
-`get_model_state_dict(...)`, `get_state_dict(...)`, and torch FSDP `summon_full_params`.
-Saving (`torch.save`) under the rank test is fine and common: only the gathering call is
-flagged.
+Checks for collectives reached on one rank only. Rank tests: `rank == 0`,
+`dist.get_rank() == 0`, `args.local_rank in (-1, 0)`, `local_rank <= 0`,
+`int(os.environ["RANK"]) == 0`, `accelerator.is_main_process`, `trainer.is_global_zero`,
+`trainer.is_world_process_zero()`, `fabric.global_rank == 0`, `args.should_save`, a variable
+or attribute assigned one (`is_main = dist.get_rank() == 0`, `self._is_rank_zero = ...`), a
+function of this file returning one, the rest of a block after `if rank != 0: return`, and
+functions decorated with `@rank_zero_only` / `@accelerator.on_main_process`.
+Collectives:
+- torch FSDP: `summon_full_params`; `state_dict()` of a module that is FSDP1-wrapped there;
+  `get_model_state_dict` / `get_optimizer_state_dict` / `get_state_dict`;
+  `FSDP.optim_state_dict` / `full_optim_state_dict`;
+- `torch.distributed` collectives and barriers on the default group (a `group=` restricts
+  them; a barrier matched by the same barrier on the other ranks' path, as in the download
+  idiom, is balanced);
+- accelerate (1.15.0): `wait_for_everyone`, `gather`, `gather_for_metrics`, `reduce`,
+  `pad_across_processes` always; `get_state_dict`, `save_model`, `save_state`, `load_state`
+  when the file configures FSDP (they gather only under FSDP or ZeRO-3);
+- Lightning (2.6.6): `fabric.save`, `fabric.load`, `fabric.barrier` and
+  `trainer.save_checkpoint` (each ends in a barrier in every multi-process strategy);
+- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP.
+A gathering call on a model that is not sharded yet (rank 0 reads its model before
+`fully_shard`/`FSDP` wraps it later in the same function) is not a collective. Saving
+(`torch.save`, `accelerator.save`, which guards itself) under the rank test is fine.
 
 ## Why is this bad?
 Gathering a full state dict or the full parameters is an all-gather in which every rank
@@ -80,6 +97,11 @@ if dist.get_rank() == 0:
 No automatic fix: the gathering call has to move before the rank test.
 
 ## References
+- accelerate 1.15.0 `accelerator.py` (`get_state_dict` l. 4043-4113, `save_model` l. 3530,
+  `save_state` l. 3701-3720), `state.py` l. 412 (`wait_for_everyone`)
+- lightning 2.6.6 `fabric/fabric.py` l. 829-867 ("This method must be called on all
+  processes!"), `pytorch/trainer/trainer.py` l. 1465
+- transformers 5.24.0 `trainer.py` l. 4085-4137 (`save_model`)
 - [FSDP state dicts](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.state_dict_type)
 """
 
