@@ -8,22 +8,16 @@ and a trailing comma stays a trailing comma.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-if TYPE_CHECKING:
-    import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
-
-def _cst():
-    import libcst  # loaded by the engine before any rule runs; keeps start-up light
-
-    return libcst
 
 
 @functools.lru_cache(maxsize=64)
 def _value(code: str) -> "cst.BaseExpression":
     """A parsed literal such as ``False``; nodes are immutable, so one serves every fix."""
-    return _cst().parse_expression(code)
+    return cst.parse_expression(code)
 
 
 def set_keyword(call: "cst.Call", keyword: str, value_code: str, position: Optional[int] = None) -> "cst.Call":
@@ -43,7 +37,6 @@ def set_keyword(call: "cst.Call", keyword: str, value_code: str, position: Optio
 
 
 def _append(args, call: "cst.Call", keyword: str, value_code: str):
-    cst = _cst()
     new_arg = cst.Arg(
         keyword=cst.Name(keyword),
         value=_value(value_code),
@@ -94,7 +87,6 @@ def _append(args, call: "cst.Call", keyword: str, value_code: str):
 
 
 def _inner_separator(args, call: "cst.Call") -> "cst.ParenthesizedWhitespace":
-    cst = _cst()
     for arg in reversed(args[:-1]):
         ws = arg.comma.whitespace_after if isinstance(arg.comma, cst.Comma) else None
         if isinstance(ws, cst.ParenthesizedWhitespace):
@@ -112,7 +104,6 @@ def remove_argument(call: "cst.Call", index: int) -> "cst.Call":
     When the last argument goes, the new last one takes over what closed the list (a
     trailing comma, the line break before the parenthesis) but keeps its own comment.
     """
-    cst = _cst()
     args = list(call.args)
     removed = args.pop(index)
     if not args or index != len(args):

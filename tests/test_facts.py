@@ -6,6 +6,8 @@ import libcst as cst
 import pytest
 
 from fsdp_lint.facts.index import index_module
+from fsdp_lint.facts.loops import per_step_loop
+from fsdp_lint.facts.offload import cpu_param_evidence
 
 
 def facts_of(code):
@@ -75,7 +77,7 @@ def test_not_torch_fsdp(code):
 )
 def test_offload_evidence(code, kinds):
     facts = facts_of(code + "\n")
-    assert {e.kind for e in facts.cpu_param_evidence()} == kinds
+    assert {e.kind for e in cpu_param_evidence(facts)} == kinds
 
 
 def test_training_loop_needs_step_in_the_loop_itself():
@@ -90,5 +92,102 @@ def test_training_loop_needs_step_in_the_loop_itself():
         """
     )
     sites = {s.attr: s for s in facts.calls}
-    assert facts.per_step_loop(sites["marker_epoch"].ctx) is None
-    assert facts.per_step_loop(sites["marker_inner"].ctx) is None
+    assert per_step_loop(sites["marker_epoch"].ctx) is None
+    assert per_step_loop(sites["marker_inner"].ctx) is None
+
+
+def _site(facts, attr):
+    return next(s for s in facts.calls if s.attr == attr)
+
+
+@pytest.mark.parametrize(
+    "code,exclusive",
+    [
+        ("def f(c):\n    if c:\n        a()\n    elif d:\n        b()\n", True),
+        ("def f(c):\n    if c:\n        a()\n        return\n    b()\n", True),
+        ("def f(c):\n    if c:\n        a()\n    b()\n", False),
+        ("def f(c):\n    for x in y:\n        if c:\n            a()\n        else:\n            b()\n", False),
+        ("def f(c):\n    for x in y:\n        if c:\n            a()\n            continue\n        b()\n", False),
+        ("def f(c):\n    for x in y:\n        if c:\n            a()\n            return\n        b()\n", True),
+    ],
+)
+def test_exclusive_arms(code, exclusive):
+    from fsdp_lint.facts.flow import can_follow
+
+    facts = facts_of(code)
+    a, b = _site(facts, "a"), _site(facts, "b")
+    assert can_follow(a.ctx, a.order, b.ctx, b.order) is not exclusive
+
+
+@pytest.mark.parametrize(
+    "code,offloads",
+    [
+        ("m = FSDP(net, cpu_offload=CPUOffload(offload_params=True))", True),
+        ("m = FSDP(net)", False),
+        ("m = FSDP(net)\nm = FSDP(other, cpu_offload=CPUOffload(True))", True),
+        ("cfg = dict(cpu_offload=CPUOffload(offload_params=True))\nm = FSDP(net, **cfg)", True),
+        ("cfg = {'use_orig_params': True}\nm = FSDP(net, **cfg)", False),
+        ("def w(x, **kw):\n    return FSDP(x, **kw)\nm = w(net, cpu_offload=CPUOffload(True))", True),
+        ("def w(x, **kw):\n    return FSDP(x, **kw)\nm = w(net)", False),
+        ("import functools\nw = functools.partial(FSDP, cpu_offload=CPUOffload(True))\nm = w(net)", True),
+        ("def build():\n    return FSDP(net, cpu_offload=CPUOffload(True)), 1\nm, n = build()", True),
+    ],
+)
+def test_model_offload_follows_the_value(code, offloads):
+    from fsdp_lint.facts.fsdp_modules import origins, wrap_config
+
+    facts = facts_of(
+        "from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel as FSDP\n" + code + "\nuse(m)\n"
+    )
+    use = next(s for s in facts.calls if getattr(s.node.func, "value", None) == "use")
+    found = origins(facts, use.node.args[0].value, use.ctx, use.order)
+    assert found.complete and found.wraps
+    assert any(wrap_config(facts, o).offload is True for o in found.wraps) is offloads
+
+
+@pytest.mark.parametrize(
+    "test,one_rank",
+    [
+        ("rank == 0", "body"),
+        ("dist.get_rank() != 0", "orelse"),
+        ("args.local_rank in (-1, 0)", "body"),
+        ("args.local_rank not in [-1, 0]", "orelse"),
+        ("local_rank <= 0", "body"),
+        ("int(os.environ['LOCAL_RANK']) == 0", "body"),
+        ("accelerator.is_main_process", "body"),
+        ("trainer.is_world_process_zero()", "body"),
+        ("not self._is_rank_zero", "orelse"),
+        ("tp_rank == 0", None),
+        ("node_rank == 0", None),
+        ("lora_rank == 0", None),
+        ("rank == 0 or world_size == 1", None),
+    ],
+)
+def test_rank_tests(test, one_rank):
+    from fsdp_lint.facts.ranks import one_rank_branch
+
+    assert one_rank_branch(cst.parse_expression(test)) == one_rank
+
+
+@pytest.mark.parametrize(
+    "body,edits",
+    [
+        ("for n, p in model.named_parameters():\n        copies[n] = p.detach().clone()", False),
+        ("stats.total = sum(p.numel() for p in model.parameters())", False),
+        ("acc = torch.zeros(1)\n    for p in model.parameters():\n        acc.add_(p.norm())", False),
+        ("for p in model.parameters():\n        p.mul_(0.5)", True),
+        ("w = model.fc.weight\n    w.zero_()", True),
+        ("torch.nn.init.zeros_(model.bias)", True),
+        ("model.load_state_dict(sd)", True),
+        ("for k, v in model.state_dict().items():\n        v.copy_(new[k])", True),
+        ("other.weight.data = x", True),
+    ],
+)
+def test_parameter_edits(body, edits):
+    from fsdp_lint.facts.param_writes import block_edits_params
+
+    facts = facts_of(
+        "import torch\ncopies = {}\nwith FSDP.summon_full_params(model):\n    " + body + "\n"
+    )
+    block = next(s.entered_by for s in facts.calls if s.attr == "summon_full_params")
+    assert block_edits_params(facts, block, ["model"]) is edits

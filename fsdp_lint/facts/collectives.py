@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
+from fsdp_lint.facts.ranks import one_rank_branch
 from fsdp_lint.facts.summon import summon_calls
 
 DIST_COLLECTIVES = frozenset(
@@ -78,8 +79,6 @@ def balanced(facts: ModuleFacts, site: CallSite, qualname: str) -> bool:
     """The other ranks call the same collective on their own path: another call of it in
     the same function sits in the branch of a rank test that excludes the one rank
     (``if local_rank not in (-1, 0): dist.barrier()`` ... ``if local_rank == 0: dist.barrier()``)."""
-    from fsdp_lint.facts.ranks import one_rank_branch
-
     for other in facts.calls:
         if other is site or other.ctx.function is not site.ctx.function or facts.qualname(other.node.func) != qualname:
             continue

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import sources

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Set
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.imports import dotted_name

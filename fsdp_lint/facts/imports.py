@@ -9,18 +9,15 @@ assignment) is ambiguous and resolves to nothing: precision first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Optional, Set
+from typing import Dict, Optional, Set
 
-if TYPE_CHECKING:
-    import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 _AMBIGUOUS = object()
 
 
 def dotted_name(expr: cst.BaseExpression) -> Optional[str]:
     """``a.b.c`` for a Name/Attribute chain; None for anything else (calls, subscripts)."""
-    import libcst as cst
-
     parts = []
     while isinstance(expr, cst.Attribute):
         parts.append(expr.attr.value)

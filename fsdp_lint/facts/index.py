@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.imports import ImportTable, dotted_name
 from fsdp_lint.facts.model import (
@@ -62,7 +62,8 @@ def _is_periodic(test: cst.BaseExpression) -> bool:
     return False
 
 
-_EXITS = {cst.Return: "return", cst.Raise: "raise", cst.Continue: "continue", cst.Break: "break"}
+def _exit_names():
+    return {cst.Return: "return", cst.Raise: "raise", cst.Continue: "continue", cst.Break: "break"}
 
 
 def _exit_kind(body: Optional[cst.BaseSuite]) -> str:
@@ -71,18 +72,17 @@ def _exit_kind(body: Optional[cst.BaseSuite]) -> str:
     if not statements:
         return ""
     last = statements[-1]
+    exits = _exit_names()
     if isinstance(last, cst.SimpleStatementLine) and last.body:
-        return _EXITS.get(type(last.body[-1]), "")
+        return exits.get(type(last.body[-1]), "")
     if isinstance(body, cst.SimpleStatementSuite):
-        return _EXITS.get(type(last), "")
+        return exits.get(type(last), "")
     return ""
 
 
 def _ends_loop(body: cst.BaseSuite) -> bool:
     return _exit_kind(body) in ("break", "return", "raise")
 
-
-_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 
 class _Indexer:
@@ -143,9 +143,6 @@ class _Indexer:
     def _update(self, **changes) -> None:
         self.frames[-1] = replace(self.frames[-1], **changes)
 
-    def _set(self, **changes):
-        return Exit(lambda: self._update(**changes))
-
     def _enter_statement(self, node: cst.CSTNode, stack: List[object]) -> None:
         """Make ``node`` the current statement until its children are done."""
         self.statements.append(node)
@@ -175,7 +172,7 @@ class _Indexer:
 
     def _scoped(self, node, stack, frame: _Frame, outside, inside) -> None:
         """Visit ``outside`` in the current frame, then ``inside`` in ``frame``."""
-        if isinstance(node, _STATEMENTS):
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             self._enter_statement(node, stack)
         stack.append(Exit(self.frames.pop))
         stack.extend(reversed(inside))

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from typing import TYPE_CHECKING
+from fsdp_lint.facts.imports import ImportTable
 
-from fsdp_lint.facts.imports import ImportTable, dotted_name
-
-if TYPE_CHECKING:  # libcst is imported only once a file is parsed
+if TYPE_CHECKING:  # annotations only
     import libcst as cst
 
 
@@ -63,10 +61,6 @@ class CallSite:
     order: int  # position in source order, across calls and bindings
     entered_by: Optional[WithBlock] = None  # the with-statement whose item is this call
     bare: bool = False  # the whole expression statement is this call (result discarded)
-
-    @property
-    def func_dotted(self) -> Optional[str]:
-        return dotted_name(self.node.func)
 
     @property
     def attr(self) -> Optional[str]:
@@ -162,50 +156,3 @@ class ModuleFacts:
             hit = memo[id(expr)] = (expr, self.imports.qualname(expr))
         return hit[1]
 
-    # -- derived facts, shared by all rules ----------------------------------------
-    def summons(self):
-        """Every torch ``summon_full_params`` call (``facts.summon``)."""
-        from fsdp_lint.facts.summon import summon_calls
-
-        return summon_calls(self)
-
-    def fsdp_modules(self):
-        """FSDP constructions and the names holding wrapped modules (``facts.fsdp_modules``)."""
-        from fsdp_lint.facts.fsdp_modules import fsdp_modules
-
-        return fsdp_modules(self)
-
-    def cpu_param_evidence(self):
-        """Where the module keeps FSDP parameters on the CPU (``facts.offload``)."""
-        from fsdp_lint.facts.offload import cpu_param_evidence
-
-        return cpu_param_evidence(self)
-
-    def rank_guard(self, ctx: Context, min_with_depth: int = 0):
-        """The ``if rank == 0:``-style guard that runs ``ctx`` on one rank only (``facts.ranks``)."""
-        from fsdp_lint.facts.ranks import rank_guard
-
-        return rank_guard(self, ctx, min_with_depth)
-
-    def summons_entering(self, block: WithBlock):
-        """The summon calls that a with-statement enters."""
-        return [s for s in self.summons() if s.site.entered_by is block]
-
-    def summon_blocks(self, ctx: Context):
-        """(summon, depth) for each summon block enclosing ``ctx``, innermost last."""
-        found = []
-        for depth, block in enumerate(ctx.withs):
-            found.extend((summon, depth) for summon in self.summons_entering(block))
-        return found
-
-    @staticmethod
-    def per_step_loop(ctx: Context):
-        """The training loop that runs ``ctx`` on every step, if any (``facts.loops``)."""
-        from fsdp_lint.facts.loops import per_step_loop
-
-        return per_step_loop(ctx)
-
-    def single_value(self, name: str) -> Optional[cst.BaseExpression]:
-        """The value of a name assigned exactly once in the module (constants, configs)."""
-        values = [b.value for b in self.bindings if b.target == name]
-        return values[0] if len(values) == 1 else None

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Set
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import sources

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import FrozenSet, Iterable, List, Optional, Set
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import ModuleFacts, Mutation, WithBlock

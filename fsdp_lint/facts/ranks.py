@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name

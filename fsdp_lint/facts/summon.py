@@ -9,9 +9,9 @@ form ``m.summon_full_params(m, ...)``.  fairscale's instance method
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.edits import remove_argument, set_keyword
 from fsdp_lint.facts import torch_api
@@ -132,3 +132,11 @@ def summon_calls(facts: ModuleFacts) -> List[SummonCall]:
 def summons_entering(facts: ModuleFacts, block) -> List[SummonCall]:
     """The summon calls that a with-statement enters."""
     return [s for s in summon_calls(facts) if s.site.entered_by is block]
+
+
+def summon_blocks(facts: ModuleFacts, ctx) -> List[Tuple[SummonCall, int]]:
+    """(summon, depth) for each summon block enclosing ``ctx``, innermost last."""
+    found = []
+    for depth, block in enumerate(ctx.withs):
+        found.extend((summon, depth) for summon in summons_entering(facts, block))
+    return found

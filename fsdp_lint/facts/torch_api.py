@@ -67,9 +67,5 @@ SUMMON_DEFAULTS = {
 }
 
 
-def is_fsdp_class(qualname):
-    return qualname in FSDP_CLASS
-
-
 def is_summon_qualname(qualname):
     return qualname is not None and any(qualname == f"{cls}.{SUMMON}" for cls in FSDP_CLASS)

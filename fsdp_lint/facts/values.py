@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 UNKNOWN = object()
 

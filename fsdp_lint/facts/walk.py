@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, List, Tuple
 
-import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 _NO_CHILDREN = frozenset(
     {

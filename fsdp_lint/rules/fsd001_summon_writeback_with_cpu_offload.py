@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import SAFE, UNSAFE
+from fsdp_lint.facts.offload import CPU_DEVICE
+from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -89,9 +91,7 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.offload import CPU_DEVICE
-
-        for summon in facts.summons():
+        for summon in summon_calls(facts):
             if summon.value("writeback") is not True:
                 continue
             found = summon.params_on_cpu(facts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.loops import per_step_loop
+from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -76,8 +78,8 @@ computing the statistic from the local shards plus one scalar `torch.distributed
 """
 
     def check(self, facts, report):
-        for summon in facts.summons():
-            loop = facts.per_step_loop(summon.site.ctx)
+        for summon in summon_calls(facts):
+            loop = per_step_loop(summon.site.ctx)
             if loop is None:
                 continue
             report(

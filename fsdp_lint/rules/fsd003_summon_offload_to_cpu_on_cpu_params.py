@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import SAFE
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.offload import CPU_DEVICE, cpu_param_evidence
+from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.facts.values import keyword_args, literal_bool
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -77,15 +81,11 @@ configurations get no automatic fix (dropping `cpu_offload` changes what is save
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts import torch_api
-        from fsdp_lint.facts.offload import CPU_DEVICE
-        from fsdp_lint.facts.values import keyword_args, literal_bool
-
-        devices = [e for e in facts.cpu_param_evidence() if e.kind == CPU_DEVICE]
+        devices = [e for e in cpu_param_evidence(facts) if e.kind == CPU_DEVICE]
         if not devices:
             return
         where = f"FSDP on the CPU device, line {report.row(devices[0].node)}"
-        for summon in facts.summons():
+        for summon in summon_calls(facts):
             if summon.value("offload_to_cpu") is not True:
                 continue
             on_device = [e for e in summon.params_on_cpu(facts) if e.kind == CPU_DEVICE]

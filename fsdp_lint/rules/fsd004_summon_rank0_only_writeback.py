@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import SAFE, UNSAFE
+from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -57,7 +58,7 @@ the `with` block that enters the call provably does not modify parameters, unsaf
 """
 
     def check(self, facts, report):
-        for summon in facts.summons():
+        for summon in summon_calls(facts):
             if summon.value("rank0_only") is True and summon.value("writeback") is True:
                 report(
                     summon.node,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.param_writes import param_edits
+from fsdp_lint.facts.ranks import rank_guard
+from fsdp_lint.facts.summon import summon_calls, summons_entering
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -69,10 +72,7 @@ all ranks) or not at all is the author's decision.
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.param_writes import param_edits
-        from fsdp_lint.facts.summon import summons_entering
-
-        for summon in facts.summons():
+        for summon in summon_calls(facts):
             block = summon.site.entered_by
             if block is None:
                 continue
@@ -80,7 +80,7 @@ all ranks) or not at all is the author's decision.
             if not edits:
                 continue
             depth = next(i for i, w in enumerate(edits[0].ctx.withs) if w is block)
-            one_rank = [e for e in edits if facts.rank_guard(e.ctx, depth + 1)]
+            one_rank = [e for e in edits if rank_guard(facts, e.ctx, depth + 1)]
             if summon.value("rank0_only") is True:
                 if one_rank and len(one_rank) == len(edits):
                     message = (
@@ -94,7 +94,7 @@ all ranks) or not at all is the author's decision.
                     )
             elif summon.value("writeback") is True and one_rank:
                 message = (
-                    f"parameters edited only under the rank test at line {report.row(facts.rank_guard(one_rank[0].ctx, depth + 1).node)} "
+                    f"parameters edited only under the rank test at line {report.row(rank_guard(facts, one_rank[0].ctx, depth + 1).node)} "
                     "inside a writeback summon: only that rank's slice of the edit persists; edit on every rank"
                 )
             else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
+from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -68,7 +69,7 @@ changes what code there computes.
 """
 
     def check(self, facts, report):
-        for summon in facts.summons():
+        for summon in summon_calls(facts):
             if summon.value("offload_to_cpu") is not True or summon.value("rank0_only") is not False:
                 continue
             values = {"rank0_only": "True"}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.summon import summon_blocks
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -69,13 +72,11 @@ No automatic fix: the step has to move out of the block, which changes the progr
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.imports import dotted_name
-
-        fsdp1 = facts.fsdp_modules().fsdp1
+        fsdp1 = fsdp_modules(facts).fsdp1
         for site in facts.calls:
             if not site.ctx.withs:
                 continue
-            blocks = facts.summon_blocks(site.ctx)
+            blocks = summon_blocks(facts, site.ctx)
             if not blocks:
                 continue
             callee = dotted_name(site.node.func)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.hooks import runs_in_forward_or_backward
+from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -66,9 +68,7 @@ No automatic fix: the summon has to move to between steps.
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.hooks import runs_in_forward_or_backward
-
-        for summon in facts.summons():
+        for summon in summon_calls(facts):
             where = runs_in_forward_or_backward(facts, summon.site.ctx)
             if where:
                 report(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.fsdp_modules import wrap_config
+from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -59,9 +61,7 @@ No automatic fix: `use_orig_params=True` changes how the optimizer sees paramete
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.fsdp_modules import wrap_config
-
-        for summon in facts.summons():
+        for summon in summon_calls(facts):
             if summon.value("with_grads") is not True:
                 continue
             if summon.value("offload_to_cpu") is True:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
+from fsdp_lint.facts.fsdp_modules import wrap_config
+from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -56,9 +58,7 @@ parameters on their device instead of on the CPU (code there may rely on CPU ten
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.fsdp_modules import wrap_config
-
-        for summon in facts.summons():
+        for summon in summon_calls(facts):
             if summon.value("offload_to_cpu") is not True:
                 continue
             wraps = summon.origins(facts).fsdp1

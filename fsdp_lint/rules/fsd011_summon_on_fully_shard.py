@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -58,8 +60,8 @@ No automatic fix. FSDP2 replacements: `model.unshard()` / `model.reshard()`,
 """
 
     def check(self, facts, report):
-        fsdp2 = facts.fsdp_modules().fsdp2
-        for summon in facts.summons():
+        fsdp2 = fsdp_modules(facts).fsdp2
+        for summon in summon_calls(facts):
             found = summon.origins(facts)
             if found.wraps:
                 sharded = bool(found.fsdp2) and not found.fsdp1

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.flow import can_follow
+from fsdp_lint.facts.frameworks import accelerate_fsdp1_keeps_stale_optimizer, framework_of
+from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, origins, wrap_config
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.optimizers import aliases, optimizers, used_after
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -85,11 +90,7 @@ other code with it.
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.flow import can_follow
-        from fsdp_lint.facts.fsdp_modules import Origin, origins, wrap_config
-        from fsdp_lint.facts.optimizers import aliases, optimizers, used_after
-
-        modules = facts.fsdp_modules()
+        modules = fsdp_modules(facts)
         for optimizer in optimizers(facts):
             opt = optimizer.site
             alias = aliases(facts, opt.ctx.function)
@@ -135,9 +136,6 @@ other code with it.
     def _framework_wrap(facts, report, optimizer, same):
         """``accelerator.prepare(model, optimizer)`` with an FSDP1 plugin that sets
         ``use_orig_params=False``: accelerate wraps the model and leaves the optimizer alone."""
-        from fsdp_lint.facts.flow import can_follow
-        from fsdp_lint.facts.frameworks import accelerate_fsdp1_keeps_stale_optimizer, framework_of
-        from fsdp_lint.facts.imports import dotted_name
 
         plugin = accelerate_fsdp1_keeps_stale_optimizer(facts)
         opt = optimizer.site

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.fsdp_modules import origins, wrap_config
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.values import UNKNOWN, bind_arguments
+from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -65,14 +70,6 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
 """
 
     def check(self, facts, report):
-        import libcst as cst
-
-        from fsdp_lint.facts import torch_api
-        from fsdp_lint.facts.imports import dotted_name
-        from fsdp_lint.facts.values import UNKNOWN, bind_arguments
-
-        from fsdp_lint.facts.fsdp_modules import origins, wrap_config
-
         for site in facts.calls:
             if facts.qualname(site.node.func) not in torch_api.CLIP_GRAD_NORM:
                 continue

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.collectives import Collective, balanced, torch_collective
+from fsdp_lint.facts.frameworks import framework_collective
+from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -106,9 +109,6 @@ No automatic fix: the gathering call has to move before the rank test.
 """
 
     def check(self, facts, report):
-        from fsdp_lint.facts.collectives import Collective, balanced, torch_collective
-        from fsdp_lint.facts.frameworks import framework_collective
-
         for site in facts.calls:
             if not site.ctx.guards and site.ctx.function is None:
                 continue
@@ -118,7 +118,7 @@ No automatic fix: the gathering call has to move before the rank test.
                 collective = Collective(words) if words else None
             if collective is None:
                 continue
-            guard = facts.rank_guard(site.ctx)
+            guard = rank_guard(facts, site.ctx)
             if guard is None:
                 continue
             if collective.balanced_by and balanced(facts, site, collective.balanced_by):
