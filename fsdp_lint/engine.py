@@ -143,12 +143,43 @@ def _code(module, node, indent: str) -> str:
     return "".join(state.tokens)
 
 
+def _deletion(positions, text, node) -> Optional[Edit]:
+    """Delete the whole lines of a simple statement (nothing else may share them)."""
+    begin, end = positions.offsets(node)
+    line_start = text.rfind("\n", 0, begin) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end + 1
+    if text[line_start:begin].strip() or text[end:line_end].strip() not in ("", "\\"):
+        return None
+    if _COMMENT.search(text[begin:line_end]):
+        return None
+    return Edit("", _location(positions, line_start), _location(positions, line_end), line_start, line_end)
+
+
 def _fix_edits(module, positions, text, proposal, indent: str) -> Optional[Fix]:
-    old_code = _code(module, proposal.old, indent)
-    new_code = _code(module, proposal.new, indent)
+    main = _replacement(module, positions, text, proposal.old, proposal.new, indent)
+    if main is None:
+        return None
+    edits = [main]
+    for old, new in proposal.also:
+        if new is None:
+            extra = _deletion(positions, text, old)
+        else:
+            line = text[text.rfind("\n", 0, positions.offsets(old)[0]) + 1:]
+            extra = _replacement(module, positions, text, old, new, line[: len(line) - len(line.lstrip(" \t"))])
+        if extra is None:
+            return None  # all or nothing: a partial fix could leave the file wrong
+        edits.append(extra)
+    edits.sort(key=lambda e: e.start_offset)
+    return Fix(proposal.applicability, proposal.message, tuple(edits))
+
+
+def _replacement(module, positions, text, old, new, indent: str) -> Optional[Edit]:
+    old_code = _code(module, old, indent)
+    new_code = _code(module, new, indent)
     if sorted(_COMMENT.findall(old_code)) != sorted(_COMMENT.findall(new_code)):
         return None  # a fix that would drop or alter a comment is not offered: nothing the user wrote is lost
-    begin, end = positions.offsets(proposal.old)
+    begin, end = positions.offsets(old)
     if text[begin:end] != old_code:
         return None  # positions disagree with the text: never risk a wrong edit
     prefix = 0
@@ -163,19 +194,7 @@ def _fix_edits(module, positions, text, proposal, indent: str) -> Optional[Fix]:
         suffix += 1
     edit_start, edit_end = begin + prefix, end - suffix
     content = new_code[prefix : len(new_code) - suffix]
-    return Fix(
-        proposal.applicability,
-        proposal.message,
-        (
-            Edit(
-                content,
-                _location(positions, edit_start),
-                _location(positions, edit_end),
-                edit_start,
-                edit_end,
-            ),
-        ),
-    )
+    return Edit(content, _location(positions, edit_start), _location(positions, edit_end), edit_start, edit_end)
 
 
 def _location(positions, offset: int) -> Location:

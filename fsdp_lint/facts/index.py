@@ -169,6 +169,7 @@ class _Indexer:
 
     def on_import_from(self, node: cst.ImportFrom, stack) -> None:
         self.imports.add_import_from(node)
+        self.facts.import_froms.append((node, self.statements[-1]))
 
     def _scoped(self, node, stack, frame: _Frame, outside, inside) -> None:
         """Visit ``outside`` in the current frame, then ``inside`` in ``frame``."""

@@ -137,6 +137,7 @@ class ModuleFacts:
     mutations: List[Mutation] = field(default_factory=list)
     bindings: List[Binding] = field(default_factory=list)
     returns: List[Return] = field(default_factory=list)
+    import_froms: List[Tuple[cst.ImportFrom, cst.CSTNode]] = field(default_factory=list)  # (node, its statement)
     functions: Dict[str, List[FunctionInfo]] = field(default_factory=dict)  # by name, any scope
     annotated: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
     classes: Dict[str, cst.ClassDef] = field(default_factory=dict)

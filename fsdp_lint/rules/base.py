@@ -38,6 +38,9 @@ class FixProposal:
     message: str
     old: cst.CSTNode
     new: cst.CSTNode
+    # further replacements applied with this one (an import the fix leaves unused);
+    # a None replacement deletes the statement's lines
+    also: Tuple[Tuple[cst.CSTNode, Optional[cst.CSTNode]], ...] = ()
 
 
 class Reporter:

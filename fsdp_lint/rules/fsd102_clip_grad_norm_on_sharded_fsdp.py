@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import origins, wrap_config
@@ -97,7 +99,8 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
                 new = site.node.with_changes(
                     func=cst.Attribute(value=func.value, attr=cst.Name("clip_grad_norm_")), args=args
                 )
-                fix = FixProposal(UNSAFE, f"Use `{owner}.clip_grad_norm_(...)`", site.node, new)
+                fix = FixProposal(UNSAFE, f"Use `{owner}.clip_grad_norm_(...)`", site.node, new,
+                                  also=_unused_import(facts, site.node.func))
             report(
                 site.node,
                 f"`clip_grad_norm_` over the sharded FSDP module `{owner}` (line {report.row(wrap.site.node)}): "
@@ -105,3 +108,25 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
                 fix,
                 statement=site.ctx.statement,
             )
+
+
+def _unused_import(facts, func):
+    """``from torch.nn.utils import clip_grad_norm_`` left unused by the fix: drop the name
+    (or the statement) when the fixed call is the only place the name appears in the file."""
+    if not isinstance(func, cst.Name):
+        return ()
+    name = func.value
+    for node, statement in facts.import_froms:
+        if not isinstance(node.names, (list, tuple)) or not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        aliases = [a for a in node.names if (a.asname.name.value if a.asname else dotted_name(a.name)) == name]
+        if not aliases or len(statement.body) != 1:
+            continue
+        if len(re.findall(rf"\b{re.escape(name)}\b", facts.module.code)) != 2:
+            return ()  # used elsewhere (or mentioned in a comment or string): keep it
+        rest = [a for a in node.names if a not in aliases]
+        if not rest:
+            return ((statement, None),)
+        rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return ((node, node.with_changes(names=rest)),)
+    return ()
