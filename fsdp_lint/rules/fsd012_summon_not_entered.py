@@ -9,7 +9,9 @@ from fsdp_lint.verify.scenario import Scenario
 class SummonNotEntered(Rule):
     code = "FSD012"
     name = "summon-not-entered"
-    summary = "`summon_full_params(...)` called as a statement, never entered with `with`: nothing is gathered"
+    summary = (
+        "`summon_full_params(...)` (torch, fairscale, fairseq, metaseq) called as a statement, never entered with `with`: nothing is gathered"
+    )
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",),)
     scenario = Scenario(

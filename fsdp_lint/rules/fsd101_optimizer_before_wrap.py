@@ -14,7 +14,9 @@ from fsdp_lint.verify.scenario import Scenario
 class OptimizerBeforeWrap(Rule):
     code = "FSD101"
     name = "optimizer-before-wrap"
-    summary = "optimizer built from a module's parameters before FSDP wraps it, or from the unwrapped module"
+    summary = (
+        "optimizer built from a module's parameters before FSDP (or accelerate's FSDP1 `prepare`) wraps it, or from the unwrapped module"
+    )
     fix_availability = FIX_NEVER
     markers = (
         ("FullyShardedDataParallel", "fully_shard", "FullyShardedDataParallelPlugin"),

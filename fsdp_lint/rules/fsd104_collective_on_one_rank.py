@@ -12,7 +12,9 @@ from fsdp_lint.verify.scenario import Scenario
 class CollectiveOnOneRank(Rule):
     code = "FSD104"
     name = "collective-on-one-rank"
-    summary = "a full state dict or `summon_full_params` (collectives) called only under a rank test: hang"
+    summary = (
+        "a collective (full state dict, `summon_full_params`, `torch.distributed`, accelerate/Lightning/transformers save and gather calls) called only under a rank test: hang"
+    )
     fix_availability = FIX_NEVER
     markers = (
         # state_dict() counts only on a module this file wraps with FSDP(...)
