@@ -3,7 +3,8 @@
 - torch FSDP: ``summon_full_params``; ``state_dict()`` of an FSDP1 module (a full state dict
   all-gathers); ``FSDP.optim_state_dict`` / ``full_optim_state_dict``;
   ``torch.distributed.checkpoint.state_dict.get_*state_dict`` on a sharded model.
-- ``torch.distributed`` collectives and barriers (in every configuration).
+- ``torch.distributed`` collectives and barriers, in a file that uses torch FSDP (a
+  DDP-only script's collectives are out of this linter's scope).
 - framework calls (``facts.frameworks``).
 A gathering call on a model that is not sharded yet at that point (built by rank 0 before
 ``fully_shard``/``FSDP`` wraps it later in the same function) runs no collective.
@@ -17,7 +18,7 @@ from typing import Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins, uses_fsdp
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
@@ -116,7 +117,12 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
         if _not_sharded_here(facts, _model_arg(node), site):
             return None
         return Collective(f"`{site.attr}` (a collective)")
-    if qualname.startswith("torch.distributed.") and qualname.rsplit(".", 1)[-1] in DIST_COLLECTIVES and qualname.count(".") == 2:
+    if (
+        qualname.startswith("torch.distributed.")
+        and qualname.rsplit(".", 1)[-1] in DIST_COLLECTIVES
+        and qualname.count(".") == 2
+        and uses_fsdp(facts)
+    ):
         if _on_subgroup(node, qualname.rsplit(".", 1)[-1]):
             return None  # only the group's members take part
         return Collective(f"`{qualname.rsplit('.', 1)[-1]}` (a collective)", balanced_by=qualname)

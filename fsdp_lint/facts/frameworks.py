@@ -16,8 +16,7 @@ Sources (line numbers as of the versions named):
   state dict (the Trainer default, l. 4105); under DDP it guards itself (``should_save``).
 - lightning 2.6.6: ``Fabric.save``/``Fabric.load`` end in ``self.barrier()`` (``fabric.py``
   l. 867, 915) in every multi-process strategy, and the docstring says "must be called on
-  all processes"; ``Trainer.save_checkpoint`` ends in ``strategy.barrier`` (``trainer.py``
-  l. 1465).
+  all processes".
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ FSDP_PLUGIN = frozenset({"accelerate.FullyShardedDataParallelPlugin", "accelerat
 ALWAYS = {
     "accelerator": frozenset({"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}),
     "fabric": frozenset({"save", "load", "barrier", "all_gather", "all_reduce", "broadcast"}),
-    "lightning_trainer": frozenset({"save_checkpoint"}),
 }
 # framework -> methods that gather a sharded model when the job uses FSDP
 WITH_FSDP = {

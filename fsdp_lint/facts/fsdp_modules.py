@@ -152,6 +152,12 @@ def fsdp_modules(facts: ModuleFacts) -> FsdpModules:
     return facts.cached("fsdp_modules", _compute)
 
 
+def uses_fsdp(facts: ModuleFacts) -> bool:
+    """The module builds a torch FSDP model itself (``FSDP(...)`` or ``fully_shard(...)``)."""
+    modules = fsdp_modules(facts)
+    return bool(modules.wraps or modules.fsdp2_wraps)
+
+
 def other_fsdp_imported(facts: ModuleFacts) -> bool:
     """fairscale (or another library) provides an FSDP of its own in this module."""
     return facts.imports.imports_from("fairscale")

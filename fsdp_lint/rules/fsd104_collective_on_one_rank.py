@@ -17,15 +17,13 @@ class CollectiveOnOneRank(Rule):
     )
     fix_availability = FIX_NEVER
     markers = (
-        # state_dict() counts only on a module this file wraps with FSDP(...)
+        # torch.distributed collectives count only in a file that uses FSDP; framework calls
+        # that every rank must make are named by their receiver (accelerator, fabric, trainer)
         (
-            "FullyShardedDataParallel", "get_model_state_dict", "get_state_dict", "get_optimizer_state_dict",
-            "summon_full_params", "optim_state_dict", "full_optim_state_dict", "barrier", "monitored_barrier",
-            "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
-            "broadcast_object_list", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-            "gather", "gather_object", "scatter", "scatter_object_list", "reduce", "save_model", "save_state",
-            "load_state", "wait_for_everyone", "gather_for_metrics", "pad_across_processes", "save_checkpoint",
-            "save", "load",
+            "FullyShardedDataParallel", "fully_shard", "get_model_state_dict", "get_state_dict",
+            "get_optimizer_state_dict", "summon_full_params", "optim_state_dict", "full_optim_state_dict",
+            "wait_for_everyone", "gather_for_metrics", "pad_across_processes", "save_state", "load_state",
+            "save_model", "fabric",
         ),
         ("rank", "RANK", "main_process", "is_global_zero", "is_master", "process_zero", "should_save",
          "process_index", "is_main", "master_only"),
@@ -56,14 +54,15 @@ Collectives:
 - torch FSDP: `summon_full_params`; `state_dict()` of a module that is FSDP1-wrapped there;
   `get_model_state_dict` / `get_optimizer_state_dict` / `get_state_dict`;
   `FSDP.optim_state_dict` / `full_optim_state_dict`;
-- `torch.distributed` collectives and barriers on the default group (a `group=` restricts
-  them; a barrier matched by the same barrier on the other ranks' path, as in the download
-  idiom, is balanced);
+- `torch.distributed` collectives and barriers on the default group, in a file that wraps
+  a model with FSDP itself (a `group=` restricts them; a barrier matched by the same
+  barrier on the other ranks' path, as in the download idiom, is balanced);
 - accelerate (1.15.0): `wait_for_everyone`, `gather`, `gather_for_metrics`, `reduce`,
   `pad_across_processes` always; `get_state_dict`, `save_model`, `save_state`, `load_state`
   when the file configures FSDP (they gather only under FSDP or ZeRO-3);
-- Lightning (2.6.6): `fabric.save`, `fabric.load`, `fabric.barrier` and
-  `trainer.save_checkpoint` (each ends in a barrier in every multi-process strategy);
+- Lightning (2.6.6): `fabric.save`, `fabric.load`, `fabric.barrier` (each ends in a barrier
+  in every multi-process strategy). Lightning's `trainer.save_checkpoint` does too, but is
+  not checked: its name alone would make every DeepSpeed file a candidate;
 - transformers (5.24.0): `trainer.save_model()` when the file configures FSDP.
 A gathering call on a model that is not sharded yet (rank 0 reads its model before
 `fully_shard`/`FSDP` wraps it later in the same function) is not a collective. Saving
