@@ -31,6 +31,18 @@ DIST_COLLECTIVES = frozenset(
         "all_to_all", "all_to_all_single", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
     }
 )
+# torchtune 0.6.1 training/_distributed.py: full_tensor() and a barrier per parameter
+# (l. 342-386), the optimizer state likewise (l. 388-409): every rank must call them.
+LIBRARY_GATHERS = frozenset(
+    {
+        f"torchtune.training.{name}"
+        for name in ("gather_cpu_state_dict", "get_full_optimizer_state_dict", "get_full_model_state_dict")
+    }
+    | {
+        f"torchtune.training._distributed.{name}"
+        for name in ("gather_cpu_state_dict", "get_full_optimizer_state_dict", "get_full_model_state_dict")
+    }
+)
 FSDP_OPTIM_STATE = frozenset({"optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict"})
 _WRAP_WORDS = ("shard", "fsdp", "wrap", "parallelize")
 
@@ -111,6 +123,8 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
                            and dotted_name(func.value) in fsdp_modules(facts).fsdp1):
             return Collective("a full FSDP state dict (an all-gather)")
         return None
+    if qualname in LIBRARY_GATHERS:
+        return Collective(f"`{site.attr}` (it gathers on every rank)")
     if qualname in torch_api.FULL_STATE_DICT_FUNCTIONS or (
         site.attr in FSDP_OPTIM_STATE and any(qualname == f"{c}.{site.attr}" for c in torch_api.FSDP_CLASS)
     ):

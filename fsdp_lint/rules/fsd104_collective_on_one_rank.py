@@ -23,7 +23,8 @@ class CollectiveOnOneRank(Rule):
             "FullyShardedDataParallel", "fully_shard", "get_model_state_dict", "get_state_dict",
             "get_optimizer_state_dict", "summon_full_params", "optim_state_dict", "full_optim_state_dict",
             "wait_for_everyone", "gather_for_metrics", "pad_across_processes", "save_state", "load_state",
-            "save_model", "fabric",
+            "save_model", "fabric", "gather_cpu_state_dict", "get_full_optimizer_state_dict",
+            "get_full_model_state_dict",
         ),
         ("rank", "RANK", "main_process", "is_global_zero", "is_master", "process_zero", "should_save",
          "process_index", "is_main", "master_only"),
@@ -63,7 +64,9 @@ Collectives:
 - Lightning (2.6.6): `fabric.save`, `fabric.load`, `fabric.barrier` (each ends in a barrier
   in every multi-process strategy). Lightning's `trainer.save_checkpoint` does too, but is
   not checked: its name alone would make every DeepSpeed file a candidate;
-- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP.
+- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP;
+- torchtune (0.6.1): `training.gather_cpu_state_dict`, `training.get_full_optimizer_state_dict`
+  (`full_tensor()` and a barrier for every parameter).
 A gathering call on a model that is not sharded yet (rank 0 reads its model before
 `fully_shard`/`FSDP` wraps it later in the same function) is not a collective. Saving
 (`torch.save`, `accelerator.save`, which guards itself) under the rank test is fine.
