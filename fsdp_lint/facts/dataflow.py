@@ -217,6 +217,8 @@ def sources(
     if found.param is not None:
         return _parameter(facts, found.param, ctx, via, depth)
     if not found.bindings:
+        if isinstance(expr, cst.Name) and (expr.value in facts.functions or expr.value in facts.classes):
+            return Sources([Source(expr, ctx, order, via)])  # a def or class of this file: itself
         return Sources(complete=False)
     result = Sources()
     for binding in found.bindings:
