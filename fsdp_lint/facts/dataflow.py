@@ -114,7 +114,8 @@ def _parameter(facts: ModuleFacts, name: str, ctx: Context, via, depth) -> Sourc
 
 
 def calls_of(facts: ModuleFacts, function) -> List[cst.Call]:
-    """The calls in this file that reach ``function`` (by name; ``self.name`` for a method)."""
+    """The calls in this file that reach ``function``: by name; for a method, ``self.name(...)``
+    in its class and ``obj.name(...)`` on an instance of its class (``ema = EMA(m)``)."""
     info = function_info(facts, function)
     if info is None:
         return []
@@ -123,15 +124,22 @@ def calls_of(facts: ModuleFacts, function) -> List[cst.Call]:
         func = site.node.func
         if info.class_def is None and isinstance(func, cst.Name) and func.value == info.name:
             found.append(site.node)
-        elif (
-            info.class_def is not None
-            and isinstance(func, cst.Attribute)
-            and func.attr.value == info.name
-            and dotted_name(func.value) == "self"
-            and site.ctx.class_def is info.class_def
-        ):
-            found.append(site.node)
+        elif info.class_def is not None and isinstance(func, cst.Attribute) and func.attr.value == info.name:
+            receiver = dotted_name(func.value)
+            if receiver == "self":
+                if site.ctx.class_def is info.class_def:
+                    found.append(site.node)
+            elif receiver is not None and _instance_of(facts, func.value, site, info.class_def):
+                found.append(site.node)
     return found
+
+
+def _instance_of(facts: ModuleFacts, expr, site, class_def) -> bool:
+    for source in sources(facts, expr, site.ctx, site.order).found:
+        call = source.expr
+        if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and facts.classes.get(call.func.value) is class_def:
+            return True
+    return False
 
 
 def _caller_context(facts: ModuleFacts, call: cst.Call) -> Optional[Tuple[Context, int]]:
