@@ -13,7 +13,6 @@ from typing import Dict, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.edits import remove_argument, set_keyword
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins, other_fsdp_imported
 from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
@@ -65,30 +64,6 @@ class SummonCall:
             return True
         modules = [s.module_name for s in summons_entering(facts, block)]
         return block_edits_params(facts, block, modules)
-
-    def with_argument(self, name: str, code: str) -> cst.Call:
-        """The call with ``name=code`` (a positional argument is replaced where it stands)."""
-        return self.with_arguments({name: code})
-
-    def with_arguments(self, values: Dict[str, str]) -> cst.Call:
-        """The call with each ``name=code``; new keywords are appended, so positions stay valid."""
-        call = self.node
-        for name, code in values.items():
-            arg = self.args.get(name)
-            position = None
-            if arg is not None and arg.keyword is None:
-                position = list(self.node.args).index(arg)
-            call = set_keyword(call, name, code, position)
-        return call
-
-    def without_argument(self, name: str) -> cst.Call:
-        """The call without ``name``; a positional one followed by others becomes ``False``."""
-        arg = self.args[name]
-        args = list(self.node.args)
-        index = args.index(arg)
-        if arg.keyword is None and index != len(args) - 1:
-            return self.with_argument(name, "False")
-        return remove_argument(self.node, index)
 
 
 def _is_torch_summon(facts: ModuleFacts, site: CallSite) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fsdp_lint.diagnostics import SAFE, UNSAFE
 from fsdp_lint.facts.offload import CPU_DEVICE
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.fixes import set_arguments
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -125,7 +126,7 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
                 UNSAFE if edits else SAFE,
                 "Pass `writeback=False`",
                 summon.node,
-                summon.with_argument("writeback", "False"),
+                set_arguments(summon.node, summon.args, {"writeback": "False"}),
             )
             report(summon.node, f"`summon_full_params` writes back by default and {subject}: {consequence}; {advice}",
                    fix, statement=summon.site.ctx.statement)

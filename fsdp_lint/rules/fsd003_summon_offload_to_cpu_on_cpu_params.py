@@ -7,6 +7,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.offload import CPU_DEVICE, cpu_param_evidence
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.facts.values import keyword_args, literal_bool
+from fsdp_lint.fixes import drop_argument
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -96,7 +97,7 @@ configurations get no automatic fix (dropping `cpu_offload` changes what is save
                     f"`offload_to_cpu=True` on parameters that already live on the CPU ({where}): "
                     "crashes or corrupts shards on torch < 2.14.1 (pytorch#188989); drop it",
                     FixProposal(SAFE, "Remove `offload_to_cpu=True`", summon.node,
-                                summon.without_argument("offload_to_cpu")),
+                                drop_argument(summon.node, summon.args, "offload_to_cpu")),
                     statement=summon.site.ctx.statement,
                 )
         for site in facts.calls:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.diagnostics import SAFE, UNSAFE
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.fixes import set_arguments
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -68,7 +69,7 @@ the `with` block that enters the call provably does not modify parameters, unsaf
                         UNSAFE if summon.block_may_edit(facts) else SAFE,
                         "Pass `writeback=False`",
                         summon.node,
-                        summon.with_argument("writeback", "False"),
+                        set_arguments(summon.node, summon.args, {"writeback": "False"}),
                     ),
                     statement=summon.site.ctx.statement,
                 )

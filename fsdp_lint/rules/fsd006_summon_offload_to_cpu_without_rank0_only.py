@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.fixes import set_arguments
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -75,7 +76,7 @@ changes what code there computes.
             values = {"rank0_only": "True"}
             if summon.value("writeback") is not False:
                 values["writeback"] = "False"
-            new = summon.with_arguments(values)
+            new = set_arguments(summon.node, summon.args, values)
             report(
                 summon.node,
                 "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model into "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts.fsdp_modules import wrap_config
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.fixes import drop_argument
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -70,6 +71,6 @@ parameters on their device instead of on the CPU (code there may rely on CPU ten
                 f"`offload_to_cpu=True` on a NO_SHARD model (line {report.row(no_shard[0].wrap.site.node)}) raises "
                 "`NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet`",
                 FixProposal(UNSAFE, "Remove `offload_to_cpu=True`", summon.node,
-                            summon.without_argument("offload_to_cpu")),
+                            drop_argument(summon.node, summon.args, "offload_to_cpu")),
                 statement=summon.site.ctx.statement,
             )
