@@ -23,6 +23,7 @@ from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.facts.values import first_positional, positional_args
 
 DIST_COLLECTIVES = frozenset(
     {
@@ -54,7 +55,7 @@ class Collective:
 
 
 def _model_arg(call: cst.Call) -> Optional[cst.BaseExpression]:
-    first = next((a for a in call.args if a.keyword is None and not a.star), None)
+    first = first_positional(call)
     if first is None:
         first = next((a for a in call.args if a.keyword is not None and a.keyword.value in ("model", "module")), None)
     return first.value if first is not None else None
@@ -83,7 +84,7 @@ def _on_subgroup(call: cst.Call, name: str) -> bool:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value in ("group", "process_group"):
             return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
-    positional = [a for a in call.args if a.keyword is None and not a.star]
+    positional = positional_args(call)
     group_position = 0 if name in ("barrier", "monitored_barrier") else 2
     return len(positional) > group_position
 

@@ -24,7 +24,7 @@ from fsdp_lint.facts.dataflow import Source, Sources, dict_entries, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import function_info
-from fsdp_lint.facts.values import UNKNOWN, keyword_args, literal_bool, literal_string
+from fsdp_lint.facts.values import UNKNOWN, first_positional, keyword_args, literal_bool, literal_string
 
 
 @dataclass(eq=False)
@@ -319,7 +319,7 @@ def offload_call(facts: ModuleFacts, source: Source) -> object:
         return True
     if qualname not in torch_api.CPU_OFFLOAD:
         return UNKNOWN
-    first = next((a for a in expr.args if a.keyword is None and not a.star), None)
+    first = first_positional(expr)
     arg = keyword_args(expr).get("offload_params", first)
     if arg is None:
         return False

@@ -12,6 +12,7 @@ from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.model import Context, ModuleFacts
 from fsdp_lint.facts.scopes import methods_of
+from fsdp_lint.facts.values import positional_args
 
 HOOK_REGISTRATIONS = frozenset(
     {
@@ -34,7 +35,7 @@ def _hook_functions(facts: ModuleFacts) -> Set[int]:
     for site in facts.calls:
         if site.attr not in HOOK_REGISTRATIONS or not isinstance(site.node.func, cst.Attribute):
             continue
-        args = [a for a in site.node.args if a.keyword is None and not a.star]
+        args = positional_args(site.node)
         if not args:
             continue
         for source in sources(facts, args[0].value, site.ctx, site.order).found:

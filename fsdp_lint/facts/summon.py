@@ -19,7 +19,7 @@ from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.param_writes import block_edits_params
-from fsdp_lint.facts.values import UNKNOWN, bind_arguments, literal_bool
+from fsdp_lint.facts.values import UNKNOWN, bind_arguments, first_positional, literal_bool
 
 
 @dataclass(eq=False)
@@ -83,7 +83,7 @@ def _is_torch_summon(facts: ModuleFacts, site: CallSite) -> bool:
     # An FSDP module reached some other way (a parameter, a return value): the torch
     # staticmethod called on an instance passes the module again, which fairscale's
     # method never does; require a torch FSDP import in the module as well.
-    first = next((a for a in site.node.args if a.keyword is None and not a.star), None)
+    first = first_positional(site.node)
     return (
         first is not None
         and dotted_name(first.value) == receiver

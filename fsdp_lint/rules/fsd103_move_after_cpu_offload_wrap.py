@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins, wrap_config
-from fsdp_lint.facts.values import literal_string
+from fsdp_lint.facts.values import first_positional, literal_string
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 from fsdp_lint.verify.scenario import Scenario
 
@@ -91,7 +91,7 @@ _DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64
 
 def _moves_off_cpu(facts, call) -> bool:
     """``m.to(x)`` moves to an accelerator: not ``.to("cpu")``, not a dtype-only ``.to(torch.bfloat16)``."""
-    first = next((a for a in call.args if a.keyword is None and not a.star), None)
+    first = first_positional(call)
     device = next((a for a in call.args if a.keyword is not None and a.keyword.value == "device"), first)
     if device is None:
         return False
