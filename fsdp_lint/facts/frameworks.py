@@ -21,7 +21,8 @@ Sources (line numbers as of the versions named):
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import List, Optional
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -145,3 +146,45 @@ def _stale_plugin(facts: ModuleFacts) -> Optional[cst.Call]:
             return site.node
     return None
 
+
+
+@dataclass
+class FrameworkWrap:
+    """A framework call that shards a model and leaves an optimizer built before it on the
+    old parameters: ``site`` wraps the modules among its arguments; ``config`` is the line
+    that makes it so; ``how`` names it for messages."""
+
+    site: CallSite
+    config: cst.CSTNode
+    how: str
+
+
+def _model_parallel_strategy(facts: ModuleFacts) -> Optional[cst.Call]:
+    for site in facts.calls:
+        if (facts.qualname(site.node.func) or "").endswith("ModelParallelStrategy"):
+            return site.node
+    return None
+
+
+def framework_wraps(facts: ModuleFacts) -> List[FrameworkWrap]:
+    """- ``accelerator.prepare(...)`` with a ``FullyShardedDataParallelPlugin(use_orig_params=False)``
+      (FSDP1): accelerate 1.15.0 re-points the optimizer for FSDP2 only (l. 1766);
+    - ``fabric.setup(...)`` / ``fabric.setup_module(...)`` with ``ModelParallelStrategy``
+      (FSDP2 through the user's ``parallelize_fn``): Lightning 2.6.6 uses the base
+      ``setup_module_and_optimizers`` (``strategies/strategy.py`` l. 150-161), which maps no
+      parameters, while ``fully_shard`` installs new DTensor parameters."""
+    found: List[FrameworkWrap] = []
+    plugin = accelerate_fsdp1_keeps_stale_optimizer(facts)
+    strategy = _model_parallel_strategy(facts) if facts.imports.imports_from("lightning") else None
+    if plugin is None and strategy is None:
+        return found
+    for site in facts.calls:
+        func = site.node.func
+        if not isinstance(func, cst.Attribute) or site.attr not in ("prepare", "setup", "setup_module"):
+            continue
+        framework = framework_of(facts, func.value, site)
+        if plugin is not None and site.attr == "prepare" and framework == "accelerator":
+            found.append(FrameworkWrap(site, plugin, "accelerate's FSDP1 plugin with `use_orig_params=False`"))
+        elif strategy is not None and site.attr in ("setup", "setup_module") and framework == "fabric":
+            found.append(FrameworkWrap(site, strategy, "Lightning's `ModelParallelStrategy` (FSDP2)"))
+    return found
