@@ -186,5 +186,22 @@ def framework_wraps(facts: ModuleFacts) -> List[FrameworkWrap]:
         if plugin is not None and site.attr == "prepare" and framework == "accelerator":
             found.append(FrameworkWrap(site, plugin, "accelerate's FSDP1 plugin with `use_orig_params=False`"))
         elif strategy is not None and site.attr in ("setup", "setup_module") and framework == "fabric":
-            found.append(FrameworkWrap(site, strategy, "Lightning's `ModelParallelStrategy` (FSDP2)"))
+            chosen = _fabric_strategy(facts, func.value, site)
+            if chosen is not None:
+                found.append(FrameworkWrap(site, chosen, "Lightning's `ModelParallelStrategy` (FSDP2)"))
     return found
+
+
+def _fabric_strategy(facts: ModuleFacts, receiver, site: CallSite) -> Optional[cst.Call]:
+    """The ``ModelParallelStrategy(...)`` the ``Fabric(strategy=...)`` behind ``receiver`` uses."""
+    for source in sources(facts, receiver, site.ctx, site.order).found:
+        fabric = source.expr
+        if not (isinstance(fabric, cst.Call) and (facts.qualname(fabric.func) or "") in FABRIC):
+            continue
+        strategy = keyword_args(fabric).get("strategy")
+        if strategy is None:
+            continue
+        for chosen in sources(facts, strategy.value, source.ctx, source.order, source.via).found:
+            if isinstance(chosen.expr, cst.Call) and (facts.qualname(chosen.expr.func) or "").endswith("ModelParallelStrategy"):
+                return chosen.expr
+    return None
