@@ -47,7 +47,8 @@ one of its own methods (`encode_image`, `encode_text`, `get_image_features`,
 `get_text_features`, `encode`, `decode`, `sample`), also through `m.module`, where `m` is
 wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy, outside a
 `summon_full_params` block. Not for FSDP2 (`fully_shard`), whose forward pre-hooks run
-whichever method calls the module, nor for `NO_SHARD` (measured clean).
+whichever method calls the module, nor for `NO_SHARD`. A strategy held in a variable is not
+judged.
 
 ## Why is this bad?
 `FullyShardedDataParallel.__getattr__` forwards a missing attribute to the wrapped module
@@ -61,8 +62,10 @@ every rank fails (CPU/gloo, torch 2.13.0, measured by the scenario after a train
 - `use_orig_params=False`: `RuntimeError: setStorage: sizes [16], strides [1], storage
   offset 0, and itemsize 4 requiring a storage size of 64 are out of bounds for storage of
   size 0` (the freed unsharded flat parameter).
-Right after a root forward without backward it can run, because FSDP1 does not reshard the
-root after its forward: that is why the failure looks intermittent.
+Right after a root forward without backward it can run (measured), because FSDP1 does not
+free the root's parameters after its forward (`_post_forward_reshard` in
+torch/distributed/fsdp/_runtime_utils.py): that is why the failure looks intermittent.
+`NO_SHARD` ran clean in the same measurement.
 
 ## Example
 ```python

@@ -65,8 +65,8 @@ Which reads misbehave depends on torch:
   torch 2.9 at least (pytorch/pytorch#166638 and #170862 on 2.9.0 and 2.9.1,
   pytorch/torchtitan#766), so `.item()` is the local norm there. On torch 2.13.0 it comes
   back `Replicate()` (measured): `.item()`, `float()` and `.to_local()` give the global
-  norm, and `.tolist()` / `.numpy()` raise `RuntimeError: .tolist() is not supported for
-  tensor subclasses, got DTensor`. The rule flags these reads on every version: code that
+  norm, and `.tolist()` raises `RuntimeError: .tolist() is not supported for tensor
+  subclasses, got DTensor`. The rule flags these reads on every version: code that
   logs the norm runs on the torch its users install, and `.full_tensor()` is right on all
   of them. With `--target-torch-version` at 2.13 or later, treat a total-norm `.item()`
   finding as a portability note.

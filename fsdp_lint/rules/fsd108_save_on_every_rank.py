@@ -62,7 +62,8 @@ module), for `torch.save(obj, path)`, `safetensors.torch.save_file(...)` and
 `model.save_pretrained(path)` that run on every rank to the same path: not under a rank
 test (`if rank == 0:`, `if dist.get_rank() == 0:`, `if accelerator.is_main_process:`,
 `if args.local_rank in (-1, 0):`, `if trainer.is_world_process_zero():`, any `if` whose test
-names a rank or main-process flag), not after an early `if rank != 0: return`, and with a
+names a rank or main-process flag), not after an early `if rank != 0: return`, not in a
+function decorated `@rank_zero_only`, and with a
 path that does not contain the rank (`f"ckpt_{rank}.pt"` is per-rank and fine).
 
 To stay precise the rule looks only at saves in the function that sets up the distributed
@@ -171,6 +172,9 @@ distributed checkpoint depends on what the state holds.
                 continue
             if any(mentions_rank(guard.node.test) for guard in site.ctx.guards):
                 continue
+            function = site.ctx.function
+            if function is not None and any(mentions_rank(d.decorator) for d in function.decorators):
+                continue  # ``@rank_zero_only`` (Lightning) runs the function on rank 0 only
             if self._after_early_exit(facts, site, report):
                 continue
             report(
