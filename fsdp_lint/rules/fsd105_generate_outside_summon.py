@@ -105,6 +105,7 @@ every rank has to enter it (a collective).
         import libcst as cst
 
         from fsdp_lint.facts.imports import dotted_name
+        from fsdp_lint.facts.rebinding import rebound_between
 
         modules = facts.fsdp_modules()
         for site in facts.calls:
@@ -120,6 +121,8 @@ every rank has to enter it (a collective).
                     break
             wrap = self._wrap_in_scope(facts, modules, owner, site)
             if wrap is None or wrap.sharding_strategy in (None, "NO_SHARD"):
+                continue
+            if wrap is not _ANNOTATED and rebound_between(facts, owner, wrap.site, site):
                 continue
             if facts.summon_blocks(site.ctx):
                 continue

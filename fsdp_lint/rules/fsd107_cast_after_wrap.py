@@ -115,6 +115,7 @@ casting before the wrap, or casting the state dict) changes what is trained or s
 
     def check(self, facts, report):
         from fsdp_lint.facts.imports import dotted_name
+        from fsdp_lint.facts.rebinding import rebound_between
 
         modules = facts.fsdp_modules()
         wrapped = []  # (name, wrap)
@@ -141,6 +142,8 @@ casting before the wrap, or casting the state dict) changes what is trained or s
                 if name != receiver or site.order <= wrap.site.order:
                     continue
                 if site.ctx.function is not wrap.site.ctx.function and "." not in name:
+                    continue
+                if rebound_between(facts, name, wrap.site, site):
                     continue
                 kind = "fully_shard" if wrap.fsdp2 else "FSDP"
                 policy = "`fully_shard(..., mp_policy=MixedPrecisionPolicy(...))`" if wrap.fsdp2 else \
