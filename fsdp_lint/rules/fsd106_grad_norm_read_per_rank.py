@@ -58,9 +58,9 @@ logged `grad_norm` differs across ranks and under-reports the true norm, by abou
 `sqrt(n_shards)` when the gradients are spread evenly.
 
 Which reads misbehave depends on torch:
-- per-parameter norms: the local shard's norm on every version measured. CPU/gloo, torch
-  2.13.0, 2 ranks: `p.grad.norm().item()` gives 31.92 on rank 0 and 35.12 on rank 1
-  against the true 47.46.
+- per-parameter norms: the local shard's norm, on torch 2.13.0 too. CPU/gloo, torch
+  2.13.0, 2 ranks, one weight: `p.grad.norm().item()` gives 31.92 on rank 0 and 35.12 on
+  rank 1 against the true 47.46 (`.full_tensor().item()`).
 - the total norm of `clip_grad_norm_` / `get_total_norm`: a `_NormPartial` DTensor up to
   torch 2.9 at least (pytorch/pytorch#166638 and #170862 on 2.9.0 and 2.9.1,
   pytorch/torchtitan#766), so `.item()` is the local norm there. On torch 2.13.0 it comes
@@ -159,10 +159,15 @@ when no parameter has a gradient `clip_grad_norm_` returns a plain tensor, which
             if facts.rank_guard(site.ctx) is None:
                 new_base = cst.Call(func=cst.Attribute(value=base, attr=cst.Name("full_tensor")))
                 fix = FixProposal(UNSAFE, "Insert `.full_tensor()` before the read", base, new_base)
+            if read == ".tolist()":
+                when = "raises RuntimeError on a DTensor (torch 2.13) or reads this rank's local norm (torch <= 2.9)"
+            elif what.startswith("the total norm"):
+                when = "reads this rank's local norm on torch <= 2.9 (a _NormPartial DTensor)"
+            else:
+                when = "reads this rank's local norm (a _NormPartial DTensor)"
             report(
                 node,
-                f"{what} is a DTensor whose value differs per rank; `{read}` reads this rank's local norm "
-                "(torch <= 2.9 for the total norm, every version for a per-parameter norm); call "
+                f"{what} is a DTensor; `{read}` {when}: the logged norm differs across ranks; call "
                 "`.full_tensor()` first",
                 fix,
                 statement=site.ctx.statement,
