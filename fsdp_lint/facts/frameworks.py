@@ -65,6 +65,8 @@ def framework_of(facts: ModuleFacts, receiver: cst.BaseExpression, site: CallSit
                 return "lightning_trainer"
             if qualname.startswith(("transformers.", "trl.")) and qualname.endswith("Trainer"):
                 return "hf_trainer"
+    if dotted_name(receiver) == "self" and site.ctx.class_def is not None and _subclasses_hf_trainer(facts, site.ctx.class_def):
+        return "hf_trainer"  # axolotl's and TRL's Trainer subclasses override save_model/_save_checkpoint
     name = (dotted_name(receiver) or "").rsplit(".", 1)[-1]
     if name in _FRAMEWORK_BY_NAME:
         return _FRAMEWORK_BY_NAME[name]
@@ -74,6 +76,18 @@ def framework_of(facts: ModuleFacts, receiver: cst.BaseExpression, site: CallSit
         if facts.imports.imports_from("transformers") or facts.imports.imports_from("trl"):
             return "hf_trainer"
     return None
+
+
+def _subclasses_hf_trainer(facts: ModuleFacts, class_def, depth: int = 0) -> bool:
+    """``class MyTrainer(SFTTrainer)``, also through classes of this file."""
+    for base in class_def.bases:
+        qualname = facts.qualname(base.value) or ""
+        if qualname.startswith(("transformers.", "trl.")) and qualname.endswith("Trainer"):
+            return True
+        local = facts.classes.get(dotted_name(base.value) or "")
+        if local is not None and local is not class_def and depth < 4 and _subclasses_hf_trainer(facts, local, depth + 1):
+            return True
+    return False
 
 
 def _shows_fsdp(facts: ModuleFacts) -> bool:

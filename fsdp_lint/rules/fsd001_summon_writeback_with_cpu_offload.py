@@ -122,11 +122,11 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
                 )
             else:
                 consequence = "on every exit each rank copies its slice back into its host-resident shard"
-            fix = FixProposal(
+            fix = (FixProposal(
                 UNSAFE if edits else SAFE,
                 "Pass `writeback=False`",
                 summon.node,
                 set_arguments(summon.node, summon.args, {"writeback": "False"}),
-            )
+            ) if summon.fixable else None)
             report(summon.node, f"`summon_full_params` writes back by default and {subject}: {consequence}; {advice}",
                    fix, statement=summon.site.ctx.statement)

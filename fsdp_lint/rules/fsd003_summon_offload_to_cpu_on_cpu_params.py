@@ -96,8 +96,8 @@ configurations get no automatic fix (dropping `cpu_offload` changes what is save
                     summon.node,
                     f"`offload_to_cpu=True` on parameters that already live on the CPU ({where}): "
                     "crashes or corrupts shards on torch < 2.14.1 (pytorch#188989); drop it",
-                    FixProposal(SAFE, "Remove `offload_to_cpu=True`", summon.node,
-                                drop_argument(summon.node, summon.args, "offload_to_cpu")),
+                    (FixProposal(SAFE, "Remove `offload_to_cpu=True`", summon.node,
+                                drop_argument(summon.node, summon.args, "offload_to_cpu")) if summon.fixable else None),
                     statement=summon.site.ctx.statement,
                 )
         for site in facts.calls:

@@ -65,11 +65,11 @@ the `with` block that enters the call provably does not modify parameters, unsaf
                     summon.node,
                     "`rank0_only=True` requires `writeback=False`: this call raises "
                     "`NotImplementedError: writeback=True and rank0_only=True is not supported yet`",
-                    FixProposal(
+                    (FixProposal(
                         UNSAFE if summon.block_may_edit(facts) else SAFE,
                         "Pass `writeback=False`",
                         summon.node,
                         set_arguments(summon.node, summon.args, {"writeback": "False"}),
-                    ),
+                    ) if summon.fixable else None),
                     statement=summon.site.ctx.statement,
                 )

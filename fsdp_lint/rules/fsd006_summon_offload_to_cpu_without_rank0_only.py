@@ -33,8 +33,10 @@ class SummonOffloadToCpuWithoutRank0Only(Rule):
     )
     doc = """\
 ## What it does
-Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` calls without a literal
-`rank0_only=True`.
+Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` calls that leave
+`rank0_only` at its default or pass a literal `False` (also through a `**kwargs` dict). A
+non-literal `rank0_only` (a variable, a test parameter) is an explicit choice and is not
+flagged.
 
 ## Why is this bad?
 Every rank then copies the whole unsharded model into host memory; ranks on one host share
@@ -81,7 +83,7 @@ changes what code there computes.
                 summon.node,
                 "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model into "
                 "host memory (PyTorch warns: risks CPU OOM); pass `rank0_only=True, writeback=False`",
-                FixProposal(UNSAFE, "Pass `rank0_only=True` (and `writeback=False`)", summon.node, new),
+                (FixProposal(UNSAFE, "Pass `rank0_only=True` (and `writeback=False`)", summon.node, new) if summon.fixable else None),
                 statement=summon.site.ctx.statement,
             )
 

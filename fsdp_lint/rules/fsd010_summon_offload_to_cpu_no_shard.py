@@ -70,7 +70,7 @@ parameters on their device instead of on the CPU (code there may rely on CPU ten
                 summon.node,
                 f"`offload_to_cpu=True` on a NO_SHARD model (line {report.row(no_shard[0].wrap.site.node)}) raises "
                 "`NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet`",
-                FixProposal(UNSAFE, "Remove `offload_to_cpu=True`", summon.node,
-                            drop_argument(summon.node, summon.args, "offload_to_cpu")),
+                (FixProposal(UNSAFE, "Remove `offload_to_cpu=True`", summon.node,
+                            drop_argument(summon.node, summon.args, "offload_to_cpu")) if summon.fixable else None),
                 statement=summon.site.ctx.statement,
             )
