@@ -117,8 +117,8 @@ def main():
         model(torch.randn(2, 4) * load_batch(step)).sum().backward()
         optimizer.step()
         optimizer.zero_grad()
-        with FSDP.summon_full_params(model, rank0_only=True):
-            pass
+    with FSDP.summon_full_params(model, rank0_only=True):  # export after training: never reached
+        pass
 
 
 if __name__ == "__main__":
@@ -162,6 +162,18 @@ def test_program_that_crashes_for_its_own_reason_is_error_with_its_traceback(cli
 
 
 @pytest.mark.slow
+def test_steps_stop_the_job_after_n_optimizer_steps(cli, tmp_path):
+    program = tmp_path / "train.py"
+    program.write_text(CRASHING)  # crashes at its 4th step; --steps 2 stops it before
+    status, report, _ = _verify(cli, program, tmp_path / "logs", "--steps", "2")
+    assert report["job"]["status"] == "OK", report["job"]
+    assert report["job"]["optimizer_steps"] == 2
+    assert {r["end"] for r in report["job"]["ranks"]} == {"stopped"}
+    assert [f["verdict"] for f in report["findings"] if f["code"] == "FSD004"] == [NOT_REACHED]
+    assert status == 0
+
+
+@pytest.mark.slow
 def test_rank_that_exits_early_while_the_other_waits_is_error(cli, tmp_path):
     program = tmp_path / "train.py"
     program.write_text(EARLY_EXIT)
@@ -190,6 +202,20 @@ def test_program_options_and_torchrun_options():
         parse(["--program", "t.py", "--nproc-per-node", "2"])
     with pytest.raises(OptionsError):
         parse(["--program", "t.py", "stray"])
+
+
+def test_module_target_is_found_without_importing_it(tmp_path, monkeypatch):
+    from fsdp_lint.verify.program.command import module_file, source_paths
+
+    package = tmp_path / "trainer"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise SystemExit('imported!')\n")
+    (package / "main.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    assert module_file("trainer.main") == package / "main.py"
+    paths, problem = source_paths(parse(["-m", "trainer.main"]))
+    assert problem is None and paths == [str(package)]
+    assert source_paths(parse(["-m", "nowhere.main"]))[1]
 
 
 def test_missing_program_is_a_usage_error(cli, tmp_path):
@@ -255,6 +281,17 @@ def test_local_norms_against_the_global_norm_is_fsd102(tmp_path):
     job = collect(_events(tmp_path, {0: [clip(3.0)], 1: [clip(4.0)]}), 2)
     assert [h.rule for h in job.hazards] == ["FSD102"]
     assert "the norm over all shards is 5.0000" in job.hazards[0].evidence[0]
+
+
+def test_full_copy_in_host_memory_on_every_rank_is_fsd006(tmp_path):
+    def exit_row(host):
+        return {"e": "summon_exit", "site": ["/w/t.py", 4], "index": 0, "options": {"offload_to_cpu": True},
+                "full_bytes": 4 << 20, "host_bytes": host, "host_growth": host}
+
+    job = collect(_events(tmp_path, {0: [exit_row(4 << 20)], 1: [exit_row(4 << 20)]}), 2)
+    assert [(h.rule, sorted(h.ranks)) for h in job.hazards] == [("FSD006", [0, 1])]
+    assert "held 4.00 MiB of full parameters in host memory" in job.hazards[0].evidence[0]
+    assert not collect(_events(tmp_path, {0: [exit_row(4 << 20)], 1: [exit_row(0)]}), 2).hazards
 
 
 def test_collective_on_one_rank_explains_the_hang(tmp_path):

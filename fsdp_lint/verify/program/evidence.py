@@ -7,7 +7,8 @@ only show across ranks or across steps, and are decided here:
 - FSD002: a summon site entered in at least 3 optimizer steps and in at least half of them.
 - FSD005: the same summon entry (site, n-th time) left some ranks' shards changed and
   others' not, after an edit (``rank0_only=True``; or ``writeback=True`` and a rank wrote).
-- FSD006: every rank's host memory grew by at least half the full model inside the block.
+- FSD006: every rank held (at least half of) the full model in host memory inside the block,
+  gathered from parameters that lived on the GPU; the resident memory growth is reported.
 - FSD102: ``clip_grad_norm_`` over FSDP1 shards: each rank's norm against the norm over
   every rank's shards.
 - FSD104: a collective site that some ranks entered more often than others, while every
@@ -212,16 +213,18 @@ def _divergent_edits(events, hazards: _Collector) -> None:
 
 def _host_memory(events, hazards: _Collector) -> None:
     for (site, index), per_rank in _by_entry(events, "summon_exit").items():
-        grown = {
+        held = {
             rank: r for rank, r in per_rank.items()
-            if r.get("full_bytes") and r.get("host_growth", 0) >= 0.5 * r["full_bytes"]
+            if r.get("full_bytes") and r.get("host_bytes", 0) >= 0.5 * r["full_bytes"]
         }
-        if len(grown) >= 2 and len(grown) == len(per_rank):
-            for rank, r in sorted(grown.items()):
+        if len(held) >= 2 and len(held) == len(per_rank):
+            for rank, r in sorted(held.items()):
+                growth = r.get("host_growth")
+                grew = f"; resident memory grew by {growth / 2**20:.2f} MiB" if growth is not None else ""
                 hazards.add(
                     "FSD006", site, rank,
-                    f"host memory grew by {r['host_growth'] / 2**20:.1f} MiB inside the block "
-                    f"(full model {r['full_bytes'] / 2**20:.1f} MiB): every rank holds its own full copy",
+                    f"held {r['host_bytes'] / 2**20:.2f} MiB of full parameters in host memory inside the block "
+                    f"(full model {r['full_bytes'] / 2**20:.2f} MiB){grew}: every rank keeps its own full copy",
                 )
 
 

@@ -35,7 +35,7 @@ import traceback
 import weakref
 from typing import Any, Dict, List, Optional
 
-from fsdp_lint.verify.program.signatures import rule_of_exception
+from fsdp_lint.verify.program.signatures import AFTER_FREED_STORAGE, rule_of_exception
 from fsdp_lint.verify.program.sites import SiteFinder
 
 SPEC_ENV = "FSDP_LINT_OBSERVE"  # JSON: target, argv, events dir, steps, checksums
@@ -48,6 +48,7 @@ COLLECTIVES = (
 STATE_DICT_FUNCTIONS = ("get_model_state_dict", "get_optimizer_state_dict", "get_state_dict")
 _SUMMON_ARGS = ("module", "recurse", "writeback", "rank0_only", "offload_to_cpu", "with_grads")
 _SUMMON_DEFAULTS = {"recurse": True, "writeback": True, "rank0_only": False, "offload_to_cpu": False, "with_grads": False}
+_PROGRAM_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INT_VIEW = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
@@ -76,14 +77,15 @@ class Layer:
         self.checked_optimizers = set()
         self.sequence: Dict[tuple, int] = {}  # (kind, site) -> entries so far
         self.offload_move_site = None
+        self.freed_site = None
         self._fd = os.open(
             os.path.join(folder, f"rank{rank}.events.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644
         )
         self._stacks = open(os.path.join(folder, f"rank{rank}.stacks.txt"), "w")
 
     # -- recording -------------------------------------------------------------------
-    def emit(self, kind: str, **data) -> None:
-        data["e"] = kind
+    def emit(self, _event: str, **data) -> None:
+        data["e"] = _event
         data["step"] = self.step
         data["t"] = time.time()
         os.write(self._fd, (json.dumps(data, default=str) + "\n").encode())
@@ -108,14 +110,25 @@ class Layer:
         if rule == "FSD103" and self.offload_move_site:
             also = (*also, site)
             site = self.offload_move_site
+        elif rule is None and self.freed_site and AFTER_FREED_STORAGE.search(text):
+            rule, also, site = "FSD003", (*also, site), self.freed_site
+            text += f" (after the summon at line {site[1]} freed the full parameters' storage)"
         self.emit(
             "exception",
             rule=rule,
             site=site,
             also=list(also),
             message=text[:2000],
-            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:],
+            traceback=self.format_traceback(exc)[-6000:],
         )
+
+    def format_traceback(self, exc: BaseException) -> str:
+        """The exception as Python prints it, without the runtime layer's own frames."""
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if not f.filename.startswith(_PROGRAM_DIR) and not f.filename.startswith("<frozen runpy")]
+        lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
+        lines += traceback.format_exception_only(type(exc), exc)
+        return "".join(lines)
 
     # -- tensors ---------------------------------------------------------------------
     def checksum(self, tensor) -> Optional[int]:
@@ -486,6 +499,8 @@ class ObservedSummon:
         self.checks = layer.checksums and bool(options["writeback"] or options["rank0_only"]) and bool(handles)
         self.shard_before = [layer.checksum(h.flat_param) for h in handles] if self.checks else None
         self.rss_before = _rss_bytes() if options["offload_to_cpu"] else None
+        self.full_bytes = self.host_bytes = 0
+        self.rss_inside = None
         self.on_cpu_before = any(h.flat_param.device.type == "cpu" for h in handles)
         layer.emit("summon_enter", site=self.site, index=self.index, options=self._options_text(),
                    fsdp1_units=len(handles))
@@ -505,12 +520,17 @@ class ObservedSummon:
         if options["offload_to_cpu"] and handles:
             self.freed = not all(layer.storage_ok(h.flat_param) for h in handles)
             if self.freed:
+                layer.freed_site = self.site
                 layer.emit(
                     "hazard", rule="FSD003", site=self.site,
                     evidence="inside the `offload_to_cpu=True` block the full parameters' storage is freed "
                     "(storage of size 0 behind the parameter views; reading them crashes) (pytorch#188989)",
                 )
             self.rss_inside = _rss_bytes()
+            if not self.on_cpu_before:
+                params = list(module.parameters())
+                self.full_bytes = sum(p.numel() * p.element_size() for p in params)
+                self.host_bytes = sum(p.numel() * p.element_size() for p in params if p.device.type == "cpu")
         if self.checks and options["writeback"]:
             self.full_before = [layer.checksum(h.flat_param) for h in handles]
             self.versions = [p._version for p in module.parameters()]
@@ -561,10 +581,11 @@ class ObservedSummon:
                     evidence=f"the local shard changed ({changed} of {len(self.handles)} flat parameters' checksums) "
                     "across a `writeback=True` summon whose block wrote nothing to the parameters",
                 )
-        if self.rss_before is not None and self.rss_inside is not None and not self.on_cpu_before:
-            full_bytes = sum(p.numel() * p.element_size() for p in options["module"].parameters())
-            data["host_growth"] = self.rss_inside - self.rss_before
-            data["full_bytes"] = full_bytes
+        if options["offload_to_cpu"] and self.handles and not self.on_cpu_before:
+            data["full_bytes"] = self.full_bytes
+            data["host_bytes"] = self.host_bytes
+            if self.rss_before is not None and self.rss_inside is not None:
+                data["host_growth"] = self.rss_inside - self.rss_before
         layer.emit("summon_exit", **data)
         return suppressed
 
@@ -590,7 +611,7 @@ def main() -> int:
         raise
     except BaseException as exc:  # noqa: BLE001 - recorded, printed, and the rank fails
         layer.exception(exc)
-        traceback.print_exc()
+        sys.stderr.write(layer.format_traceback(exc))
         layer.emit("exit", code=1, how="exception")
         sys.stderr.flush()
         return 1

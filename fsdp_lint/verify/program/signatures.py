@@ -18,6 +18,10 @@ EXCEPTION_RULES = (
     ("FSD103", re.compile(r"FSDP-managed module with parameter CPU offloading enabled has parameters on")),
 )
 
+# pytorch#188989's aftermath: the forward/backward after a summon that freed the full
+# parameters' storage (FSD003) fails in FSDP's next all-gather
+AFTER_FREED_STORAGE = re.compile(r"Output 0 of Split is a view and is being modified inplace")
+
 
 def rule_of_exception(text: str) -> Optional[str]:
     for code, pattern in EXCEPTION_RULES:
