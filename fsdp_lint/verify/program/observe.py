@@ -26,6 +26,7 @@ What is observed:
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import os
 import signal
@@ -263,8 +264,8 @@ class Layer:
         layer = self
         holders = []
         for name in (
-            "torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard",
-            "torch.distributed.fsdp._fully_shard._fully_shard", "torch.distributed._composable.fsdp",
+            # not the defining module: fully_shard looks itself up there (``fully_shard.state``)
+            "torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard", "torch.distributed._composable.fsdp",
         ):
             try:
                 holders.append(importlib.import_module(name))
@@ -274,6 +275,7 @@ class Layer:
         if original is None:
             return
 
+        @functools.wraps(original)  # keeps the attributes contract() set on it (``state``)
         def fully_shard(module, *args, **kwargs):
             layer.remember_prewrap(module)
             result = original(module, *args, **kwargs)
@@ -281,8 +283,6 @@ class Layer:
                 layer.wrapped.append(weakref.ref(item))
             return result
 
-        fully_shard.__wrapped__ = original
-        fully_shard.__doc__ = original.__doc__
         for holder in holders:
             if getattr(holder, "fully_shard", None) is original:
                 holder.fully_shard = fully_shard
