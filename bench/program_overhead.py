@@ -52,8 +52,8 @@ def main() -> int:
                    "--format", "json", "--log-dir", str(out)] + (["--no-checksums"] if args.no_checksums else [])
         subprocess.run(command, capture_output=True, text=True)
         layered.append(_step_time(out))
-        print(f"run {i + 1}: without the layer {plain[-1] * 1000:.2f} ms/step, with it {layered[-1] * 1000:.2f} ms/step",
-              flush=True)
+        print(f"run {i + 1}: without the layer {plain[-1] * 1000:.2f} ms/step, "
+              f"with it {layered[-1] * 1000:.2f} ms/step", flush=True)
     a, b = statistics.median(plain), statistics.median(layered)
     print(f"FSD002 scenario, {args.device}, 2 ranks, torch {torch.__version__}, {platform.machine()}, "
           f"{args.repeat} runs each: median step {a * 1000:.2f} ms without the layer, {b * 1000:.2f} ms with it: "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -355,3 +354,48 @@ def test_sarif_output_is_valid(tmp_path):
     jsonschema.validate(sarif, schema)
     assert [(r["ruleId"], r["properties"]["verdict"], r["level"]) for r in sarif["runs"][0]["results"]] == [
         ("FSD012", NOT_REACHED, "note"), ("FSD001", MISSED, "error")]
+
+
+# -- the runtime layer, in this process (no torchrun, nothing patched) --------------------
+
+
+def _layer_events(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "rank0.events.jsonl").read_text().splitlines()]
+
+
+def test_layer_attributes_aftermath_exceptions_to_the_call_that_caused_them(tmp_path):
+    pytest.importorskip("torch")
+    from fsdp_lint.verify.program.observe import Layer
+
+    layer = Layer(str(tmp_path), 0, None, True)
+    layer.offload_move_site = ("/w/train.py", 13)
+    layer.freed_site = ("/w/train.py", 20)
+    for text in (
+        "An FSDP-managed module with parameter CPU offloading enabled has parameters on cuda:0. Make sure to not "
+        "move the module from CPU when offloading parameters.",
+        "Output 0 of Split is a view and is being modified inplace. This view is the output of a function that "
+        "returns multiple views.",
+        "the data loader ran dry",
+    ):
+        try:
+            raise RuntimeError(text)
+        except RuntimeError as exc:
+            here = exc.__traceback__.tb_lineno
+            layer.exception(exc)
+    rows = _layer_events(tmp_path)
+    assert [(r["rule"], r["site"]) for r in rows] == [
+        ("FSD103", ["/w/train.py", 13]), ("FSD003", ["/w/train.py", 20]), (None, [__file__, here])]
+    assert rows[0]["also"] == [[__file__, here]]
+    assert "observe.py" not in rows[2]["traceback"] and "the data loader ran dry" in rows[2]["traceback"]
+
+
+def test_summon_created_and_never_entered_is_recorded_once_dropped(tmp_path):
+    pytest.importorskip("torch")
+    from fsdp_lint.verify.program.observe import Layer, ObservedSummon
+
+    layer = Layer(str(tmp_path), 0, None, True)
+    entered = ObservedSummon(layer, None, (), {}, ("/w/t.py", 5))
+    entered.entered = True  # as __enter__ marks it
+    ObservedSummon(layer, None, (), {"writeback": False}, ("/w/t.py", 9))  # a bare statement: dropped at once
+    del entered
+    assert [(r["rule"], r["site"]) for r in _layer_events(tmp_path)] == [("FSD012", ["/w/t.py", 9])]

@@ -68,7 +68,8 @@ def join(findings: Sequence[Diagnostic], job: JobEvidence) -> Verification:
             evidence = [line for _, h in hits for line in h.evidence]
             results.append(FindingResult(finding, CONFIRMED, evidence))
         elif any(_covers(span, site) for site in job.reached):
-            results.append(FindingResult(finding, RAN_CLEAN, ["the site ran; the hazard did not show on this torch/device"]))
+            ran = "the site ran; the hazard did not show on this torch/device"
+            results.append(FindingResult(finding, RAN_CLEAN, [ran]))
         else:
             results.append(FindingResult(finding, NOT_REACHED, ["the site never ran in this job"]))
     missed = [h for i, h in enumerate(job.hazards) if i not in matched]

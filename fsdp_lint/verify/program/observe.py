@@ -48,7 +48,9 @@ COLLECTIVES = (
 )
 STATE_DICT_FUNCTIONS = ("get_model_state_dict", "get_optimizer_state_dict", "get_state_dict")
 _SUMMON_ARGS = ("module", "recurse", "writeback", "rank0_only", "offload_to_cpu", "with_grads")
-_SUMMON_DEFAULTS = {"recurse": True, "writeback": True, "rank0_only": False, "offload_to_cpu": False, "with_grads": False}
+_SUMMON_DEFAULTS = {
+    "recurse": True, "writeback": True, "rank0_only": False, "offload_to_cpu": False, "with_grads": False,
+}
 _PROGRAM_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INT_VIEW = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Optional
 
 from fsdp_lint import __version__
 from fsdp_lint.verify.program.join import CONFIRMED, MISSED, NOT_REACHED, RAN_CLEAN, Verification

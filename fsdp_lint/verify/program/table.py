@@ -21,8 +21,9 @@ from typing import List, Optional, Tuple
 
 
 def _run(program: Path, log_dir: Path, device: str, nproc: int, timeout: float) -> Tuple[int, Optional[dict], str]:
-    command = [sys.executable, "-m", "fsdp_lint", "verify", "--program", str(program), "--format", "json",
-               "--device", device, "--nproc", str(nproc), "--timeout", str(timeout), "--log-dir", str(log_dir)]
+    command = [sys.executable, "-m", "fsdp_lint", "verify", "--program", str(program), "--src", str(program),
+               "--format", "json", "--device", device, "--nproc", str(nproc), "--timeout", str(timeout),
+               "--log-dir", str(log_dir)]
     result = subprocess.run(command, capture_output=True, text=True)
     try:
         return result.returncode, json.loads(result.stdout), result.stderr
