@@ -285,7 +285,7 @@ def _rank_end(rank: RankOutcome, outcome: ProgramOutcome, rows: List[dict]) -> R
 
 def _unmatched_collectives(events, job: JobEvidence, hazards: _Collector, outcome: ProgramOutcome) -> None:
     states = {end.state for end in job.ranks}
-    alive_to_the_end = states <= {"hung", "communication", "terminated"} or states <= {"finished"}
+    alive_to_the_end = states <= {"hung", "communication", "terminated"} or states <= {"finished", "stopped"}
     if not alive_to_the_end or len(events) < 2:
         return
     counts: Dict[Site, Dict[int, int]] = defaultdict(lambda: defaultdict(int))
