@@ -127,6 +127,14 @@ def _last_traceback(text: str) -> str:
     return "\n".join(out)
 
 
+def _raised(row: dict) -> str:
+    message = (row.get("message") or "").splitlines()[0] if row.get("message") else ""
+    if len(message) > 160:
+        cut = message.find(". ", 60, 160)
+        message = message[: cut + 1] if cut > 0 else message[:160] + "..."
+    return f"raised `{message}`" + (f" ({row['note']})" if row.get("note") else "")
+
+
 def collect(outcome: ProgramOutcome, nproc: int) -> JobEvidence:
     job = JobEvidence()
     if outcome.launcher_error:
@@ -146,8 +154,7 @@ def collect(outcome: ProgramOutcome, nproc: int) -> JobEvidence:
             if row.get("e") == "hazard" and row.get("rule"):
                 hazards.add(row["rule"], _site(row.get("site")), rank, row.get("evidence", ""))
             elif row.get("e") == "exception" and row.get("rule"):
-                first = row.get("message", "").splitlines()[0][:300] if row.get("message") else ""
-                hazards.add(row["rule"], _site(row.get("site")), rank, f"raised `{first}`",
+                hazards.add(row["rule"], _site(row.get("site")), rank, _raised(row),
                             also=[_site(s) for s in row.get("also") or []])
         job.steps = max(job.steps, sum(1 for row in rows if row.get("e") == "step"))
     _summons_per_step(events, hazards)

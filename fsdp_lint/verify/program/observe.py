@@ -110,18 +110,21 @@ class Layer:
         rule = rule_of_exception(text)
         if site is None:
             site = self.finder.site_of_traceback(exc.__traceback__)
+        note = ""
         if rule == "FSD103" and self.offload_move_site:
             also = (*also, site)
             site = self.offload_move_site
-        elif rule is None and self.freed_site and AFTER_FREED_STORAGE.search(text):
+            note = f"the module was moved at line {site[1]}"
+        if rule is None and self.freed_site and AFTER_FREED_STORAGE.search(text):
             rule, also, site = "FSD003", (*also, site), self.freed_site
-            text += f" (after the summon at line {site[1]} freed the full parameters' storage)"
+            note = f"after the summon at line {site[1]} freed the full parameters' storage"
         self.emit(
             "exception",
             rule=rule,
             site=site,
             also=list(also),
             message=text[:2000],
+            note=note,
             traceback=self.format_traceback(exc)[-6000:],
         )
 

@@ -47,7 +47,12 @@ def job_summary(v: Verification, info: RunInfo) -> str:
         how = {
             ("finished",): "ran to the end on every rank",
             ("stopped",): f"stopped by --steps after {job.steps} optimizer step(s)",
-        }.get(tuple(states), "ended on the hazard(s) below: " + ", ".join(states))
+        }.get(tuple(states))
+        if how is None:
+            ends = {"hazard": "raised", "terminated": "stopped by torchrun", "hung": "hung, killed at the timeout",
+                    "communication": "failed in a collective", "signal": "killed by a signal"}
+            how = "ended early on the hazard(s) below (" + ", ".join(
+                f"rank {end.rank}: {ends.get(end.state, end.state)}" for end in job.ranks) + ")"
     return (f"{info.target}: {info.nproc} rank(s), {info.backend}/{info.device}, torch {info.torch}: {how}; "
             f"{job.steps} optimizer step(s) seen, {info.seconds:.1f} s")
 
