@@ -8,4 +8,5 @@
 - ``join``: findings against hazards: CONFIRMED / RAN CLEAN / NOT REACHED / MISSED.
 - ``report``: text, JSON and SARIF.
 - ``command``: static check, launch under torchrun, join, report, exit status.
+- ``table``: every scenario's flagged and fixed program as a user program (docs table).
 """
