@@ -104,7 +104,12 @@ def verify_rule(rule, args, backend: str, device_problem: Optional[str], root: P
 
 def run_verify(argv) -> int:
     from fsdp_lint.rules import ALL_RULES, UnknownRuleError, lookup
+    from fsdp_lint.verify.program.options import wants_program
 
+    if wants_program(list(argv)):  # `verify --program train.py` / `verify -m pkg.mod`: the user's own job
+        from fsdp_lint.verify.program.command import run_program
+
+        return run_program(list(argv))
     args = _parser().parse_args(argv)
     backend = args.backend or ("nccl" if args.device == "cuda" else "gloo")
     try:
