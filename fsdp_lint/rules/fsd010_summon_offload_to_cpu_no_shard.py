@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonOffloadToCpuNoShard(Rule):
@@ -13,12 +12,6 @@ class SummonOffloadToCpuNoShard(Rule):
     summary = "`offload_to_cpu=True` on a model wrapped with `ShardingStrategy.NO_SHARD`: NotImplementedError"
     fix_availability = FIX_ALWAYS
     markers = (("summon_full_params",), ("NO_SHARD",), ("offload_to_cpu",))
-    scenario = Scenario(
-        program="fsd010_summon_offload_to_cpu_no_shard.py",
-        hazard="NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",
-        errors=(r"NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",),
-        unsafe_fix=True,
-    )
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` on a module wrapped in
