@@ -30,7 +30,8 @@ def _cell(text: str) -> str:
 
 def _where(record: dict) -> str:
     nodes = f", {record['nnodes']} nodes" if record.get("nnodes", 1) > 1 else ""
-    return f"{record['backend']}/{record['device']}, {record['world_size']} ranks{nodes}"
+    count = record["world_size"]
+    return f"{record['backend']}/{record['device']}, {count} rank{'' if count == 1 else 's'}{nodes}"
 
 
 def _machine(record: dict) -> str:

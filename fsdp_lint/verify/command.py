@@ -157,7 +157,7 @@ class Run:
             return scenario, Judgement(ERROR, "-", "-", problem)
         timeout = args.timeout or scenario.timeout
         outcomes = []
-        where = f"{self.topology.world_size} ranks, {self.backend}/{args.device}, torch {self.info['version']}"
+        where = f"{ranks(self.topology.world_size)}, {self.backend}/{args.device}, torch {self.info['version']}"
         for label, program in (("flagged", flagged), ("fixed", fixed)):
             self.progress(f"[{rule.code}] {label} program: started ({where})")
             outcome = launch(
@@ -171,6 +171,10 @@ class Run:
         judgement = judge(scenario, *outcomes)
         judgement.outcomes = tuple(outcomes)
         return scenario, judgement
+
+
+def ranks(count: int) -> str:
+    return f"{count} rank" if count == 1 else f"{count} ranks"
 
 
 def _unique_rules(names: List[str]):
@@ -213,6 +217,11 @@ def run_verify(argv) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    source = None
+    if args.record:
+        from fsdp_lint.verify import records
+
+        source = records.source_state()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     runs = []
     try:
@@ -235,18 +244,16 @@ def run_verify(argv) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.record:
-        from fsdp_lint.verify import records
-
         for run, results in runs:
             record = records.build(
-                run.info, topology, run.backend, args.device, results, ["fsdp-lint", "verify", *argv]
+                run.info, topology, run.backend, args.device, results, ["fsdp-lint", "verify", *argv], source
             )
             progress(f"record written: {records.write(record, Path(args.record))}")
     if args.format == "json":
         print(json.dumps(_json(runs, args, topology, root), indent=2))
     elif len(runs) == 1:
         run, results = runs[0]
-        where = f"{run.backend}/{args.device}, {topology.world_size} ranks"
+        where = f"{run.backend}/{args.device}, {ranks(topology.world_size)}"
         print(render_table(run.info["version"], where, [(r, j) for r, j, _ in results]))
     else:
         print(render_matrix(runs))

@@ -60,7 +60,7 @@ def git_state() -> Dict[str, Optional[object]]:
     top = git("rev-parse", "--show-toplevel")
     if not top or Path(top).resolve() != PACKAGE.parent:
         return {"commit": None, "dirty": None}
-    status = git("status", "--porcelain", "--", "fsdp_lint")
+    status = git("status", "--porcelain", "--", "fsdp_lint", ":!fsdp_lint/verify/records")
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
 
 
@@ -91,9 +91,16 @@ def _program_entry(outcome) -> dict:
     }
 
 
-def build(info: dict, topology, backend: str, device: str, results, command: List[str]) -> dict:
-    """A record of one run: ``info`` from the interpreter's torch probe, ``results`` pairs of
-    (rule, Judgement, scenario)."""
+def source_state() -> dict:
+    """What ran: taken when the run starts (files may change while it runs)."""
+    return {"fsdp_lint": {"version": fsdp_lint.__version__, **git_state()}, "scenario_hashes": scenario_hashes()}
+
+
+def build(info: dict, topology, backend: str, device: str, results, command: List[str],
+          source: Optional[dict] = None) -> dict:
+    """A record of one run: ``info`` from the interpreter's torch probe, ``results`` triples of
+    (rule, Judgement, scenario), ``source`` from ``source_state()`` at the start."""
+    source = source or source_state()
     entries = []
     for rule, judgement, scenario in results:
         entry = {
@@ -114,8 +121,8 @@ def build(info: dict, topology, backend: str, device: str, results, command: Lis
         "provenance": "recorded",
         "generator": "fsdp-lint verify --record",
         "command": command,
-        "fsdp_lint": {"version": fsdp_lint.__version__, **git_state()},
-        "scenario_hashes": scenario_hashes(),
+        "fsdp_lint": source["fsdp_lint"],
+        "scenario_hashes": source["scenario_hashes"],
         "torch": {key: info.get(key) for key in ("version", "cuda", "git_version", "debug")},
         "python": info.get("python"),
         "backend": backend,
