@@ -59,7 +59,9 @@ def git_state() -> Dict[str, Optional[object]]:
 
     top = git("rev-parse", "--show-toplevel")
     if not top or Path(top).resolve() != PACKAGE.parent:
-        return {"commit": None, "dirty": None}
+        # a copy without .git (a remote machine): the commit it was copied from, if given
+        given = os.environ.get("FSDP_LINT_GIT_COMMIT")
+        return {"commit": given, "dirty": None, **({"commit_from": "FSDP_LINT_GIT_COMMIT"} if given else {})}
     status = git("status", "--porcelain", "--", "fsdp_lint", ":!fsdp_lint/verify/records")
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
 
