@@ -49,6 +49,9 @@ def test_a_built_record_holds_versions_hashes_and_every_rank(tmp_path):
     path = records.write(record, tmp_path / "out")
     assert path.name.endswith("-gloo-cpu-2ranks-torch-2.13.0-cpu.json")
     assert json.loads(path.read_text())["torch"]["version"] == "2.13.0+cpu"
+    some = records.build(info, Topology(nproc=2), "gloo", "cpu", [(rule, judgement, None)], ["fsdp-lint", "verify"],
+                         some_rules=True)
+    assert records.file_name(some).endswith("-torch-2.13.0-cpu-FSD102-FSD102.json")  # never overwrites a full run
 
 
 def test_docs_follow_the_records():

@@ -246,7 +246,8 @@ def run_verify(argv) -> int:
     if args.record:
         for run, results in runs:
             record = records.build(
-                run.info, topology, run.backend, args.device, results, ["fsdp-lint", "verify", *argv], source
+                run.info, topology, run.backend, args.device, results, ["fsdp-lint", "verify", *argv], source,
+                some_rules=bool(args.rules),
             )
             progress(f"record written: {records.write(record, Path(args.record))}")
     if args.format == "json":

@@ -99,7 +99,7 @@ def source_state() -> dict:
 
 
 def build(info: dict, topology, backend: str, device: str, results, command: List[str],
-          source: Optional[dict] = None) -> dict:
+          source: Optional[dict] = None, some_rules: bool = False) -> dict:
     """A record of one run: ``info`` from the interpreter's torch probe, ``results`` triples of
     (rule, Judgement, scenario), ``source`` from ``source_state()`` at the start."""
     source = source or source_state()
@@ -135,6 +135,7 @@ def build(info: dict, topology, backend: str, device: str, results, command: Lis
         "nnodes": topology.nnodes,
         "world_size": topology.world_size,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "some_rules": some_rules,
         "results": entries,
     }
 
@@ -143,7 +144,12 @@ def file_name(record: dict) -> str:
     torch_version = (record["torch"].get("version") or "unknown").replace("+", "-")
     day = record["date"][:10]
     kind = "-imported" if record.get("provenance") == "imported" else ""
-    return f"{day}-{record['backend']}-{record['device']}-{record['world_size']}ranks-torch-{torch_version}{kind}.json"
+    codes = [result["code"] for result in record["results"]]
+    part = f"-{codes[0]}-{codes[-1]}" if record.get("some_rules") and codes else ""  # a run of some rules only
+    return (
+        f"{day}-{record['backend']}-{record['device']}-{record['world_size']}ranks-torch-{torch_version}"
+        f"{part}{kind}.json"
+    )
 
 
 def write(record: dict, folder: Path) -> Path:
