@@ -178,12 +178,15 @@ def _run_rule(argv: Sequence[str]) -> int:
     except UnknownRuleError as exc:
         print(f"fsdp-lint: error: {exc}", file=sys.stderr)
         return 2
-    from fsdp_lint.docs import render_rule
+    from fsdp_lint.docs import installed_torch, on_your_torch, render_for_user
 
     if args.format == "json":
-        print(json.dumps(_rule_json(rule, with_doc=True), indent=2))
+        data = _rule_json(rule, with_doc=True)
+        data["installed_torch"] = installed_torch()
+        data["on_installed_torch"] = on_your_torch(rule, data["installed_torch"])
+        print(json.dumps(data, indent=2))
     else:
-        print(render_rule(rule), end="")
+        print(render_for_user(rule), end="")
     return 0
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fsdp_lint.facts.loops import per_step_via_call
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonInTrainingLoop(Rule):
@@ -14,18 +13,6 @@ class SummonInTrainingLoop(Rule):
     summary = "`summon_full_params` runs on every iteration of a training loop"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("backward", ".step"))
-    scenario = Scenario(
-        program="fsd002_summon_in_training_loop.py",
-        fixed_by=((
-            "        with FSDP.summon_full_params(model, writeback=False):\n"
-            "            count = sum(p.numel() for p in model.parameters())\n",
-            "        if step % 1000 == 0:\n"
-            "            with FSDP.summon_full_params(model, writeback=False):\n"
-            "                count = sum(p.numel() for p in model.parameters())\n",
-        ),),
-        hazard="median training step at least 1.10x slower than the same loop without the per-step summon",
-        slowdown=1.10,
-    )
     doc = """\
 ## What it does
 Checks for a torch FSDP `summon_full_params(...)` call that runs on every iteration of a

@@ -9,7 +9,6 @@ from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.facts.values import keyword_args, literal_bool
 from fsdp_lint.fixes import drop_argument
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonOffloadToCpuOnCpuParams(Rule):
@@ -19,14 +18,6 @@ class SummonOffloadToCpuOnCpuParams(Rule):
     fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params", "FullStateDictConfig", "StateDictOptions"), ("cpu",))
     hazard_fixed_in = "2.14.1"
-    scenario = Scenario(
-        program="fsd003_summon_offload_to_cpu_on_cpu_params.py",
-        hazard="RuntimeError (setStorage ... storage of size 0) at entry, SIGSEGV on access, or a changed shard",
-        errors=(r"setStorage: sizes \[\d+\].*storage of size 0",),
-        signal_is_hazard=True,
-        devices=("cpu",),
-        not_on={"cuda": "the bug needs FSDP parameters on the CPU device; on CUDA they are on the GPU"},
-    )
     doc = """\
 ## What it does
 Checks for `offload_to_cpu=True` in a torch FSDP `summon_full_params(...)` call in a module

@@ -6,7 +6,6 @@ from fsdp_lint.diagnostics import SAFE, UNSAFE
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.fixes import set_arguments
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonRank0OnlyWriteback(Rule):
@@ -15,11 +14,6 @@ class SummonRank0OnlyWriteback(Rule):
     summary = "`rank0_only=True` with `writeback` missing or True: always NotImplementedError"
     fix_availability = FIX_ALWAYS
     markers = (("summon_full_params",), ("rank0_only",))
-    scenario = Scenario(
-        program="fsd004_summon_rank0_only_writeback.py",
-        hazard="NotImplementedError: writeback=True and rank0_only=True is not supported yet",
-        errors=(r"NotImplementedError: writeback=True and rank0_only=True is not supported yet",),
-    )
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., rank0_only=True)` calls whose `writeback` is

@@ -8,7 +8,6 @@ from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, origins, wrap_con
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.optimizers import aliases, optimizers, used_after
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class OptimizerBeforeWrap(Rule):
@@ -22,16 +21,6 @@ class OptimizerBeforeWrap(Rule):
         ("FullyShardedDataParallel", "fully_shard", "FullyShardedDataParallelPlugin", "ModelParallelStrategy"),
         ("parameters(",),
         ("optim", "Adam", "SGD", "Adagrad", "Adadelta", "RMSprop", "Rprop", "Lion", "Lamb", "LAMB", "Adafactor"),
-    )
-    scenario = Scenario(
-        program="fsd101_optimizer_before_wrap.py",
-        fixed_by=((
-            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-            "    model = FSDP(model, device_id=where)\n",
-            "    model = FSDP(model, device_id=where)\n"
-            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
-        ),),
-        hazard="after optimizer steps with non-zero gradients the model's weights have not changed",
     )
     doc = """\
 ## What it does

@@ -10,7 +10,6 @@ from fsdp_lint.facts.values import UNKNOWN, bind_arguments
 from fsdp_lint.fixes import drop_import_name, method_call
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class ClipGradNormOnShardedFsdp(Rule):
@@ -19,11 +18,6 @@ class ClipGradNormOnShardedFsdp(Rule):
     summary = "`torch.nn.utils.clip_grad_norm_` on a sharded FSDP1 module's parameters: each rank clips by its local norm"
     fix_availability = FIX_SOMETIMES
     markers = (("clip_grad_norm_",), ("FullyShardedDataParallel",))
-    scenario = Scenario(
-        program="fsd102_clip_grad_norm_on_sharded_fsdp.py",
-        hazard="the ranks compute different gradient norms (each its local shard's) and clip differently",
-        unsafe_fix=True,
-    )
     doc = """\
 ## What it does
 Checks for `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` (any import alias) where

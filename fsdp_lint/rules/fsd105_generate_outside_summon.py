@@ -10,7 +10,6 @@ from fsdp_lint.facts.summon import summon_blocks
 from fsdp_lint.facts.values import UNKNOWN
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 # Methods of the wrapped model (reached through FSDP.__getattr__) that run its forward
@@ -34,20 +33,6 @@ class GenerateOutsideSummon(Rule):
     summary = "`model.generate(...)` (a non-forward entry point) on an FSDP1 model outside `summon_full_params`: sharded weights"
     fix_availability = FIX_NEVER
     markers = (tuple(sorted(ENTRY_POINTS)), ("FullyShardedDataParallel",))
-    scenario = Scenario(
-        program="fsd105_generate_outside_summon.py",
-        fixed_by=((
-            "    tokens = model.generate(prompt, max_new_tokens=4)\n",
-            "    with FSDP.summon_full_params(model, writeback=False, recurse=False):\n"
-            "        tokens = model.generate(prompt, max_new_tokens=4)\n",
-        ),),
-        hazard="generate fails on the flattened, sharded root parameters ('weight' must be 2-D / setStorage)",
-        errors=(
-            r"'weight' must be 2-D",
-            r"setStorage: sizes \[\d+\], strides \[1\], storage offset \d+, and itemsize \d+ requiring a storage size",
-            r"mat1 and mat2 shapes cannot be multiplied",
-        ),
-    )
     doc = """\
 ## What it does
 Checks for `m.generate(...)` and the other entry points that run a model's forward from

@@ -9,7 +9,6 @@ from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.facts.values import bind_arguments
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 TOTAL_NORM = frozenset(
@@ -38,11 +37,6 @@ class GradNormReadPerRank(Rule):
         ("clip_grad_norm_", "get_total_norm", "norm", "vector_norm"),
         ("fully_shard",),
         (".item(", "float(", ".tolist(", ".to_local(", ".numpy(", "int("),
-    )
-    scenario = Scenario(
-        program="fsd106_grad_norm_read_per_rank.py",
-        hazard="the ranks read different gradient norms (a local shard's norm instead of the global one)",
-        unsafe_fix=True,
     )
     doc = """\
 ## What it does

@@ -6,7 +6,6 @@ from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.rebinding import rebound_between
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 # nn.Module methods that cast every floating-point parameter
@@ -40,21 +39,6 @@ class CastAfterWrap(Rule):
         ("to", "half", "bfloat16", "float", "double"),
         ("FullyShardedDataParallel", "fully_shard"),
         (".to(", ".half(", ".bfloat16(", ".float(", ".double("),
-    )
-    scenario = Scenario(
-        program="fsd107_cast_after_wrap.py",
-        fixed_by=((
-            "    model.to(torch.bfloat16)\n"
-            "    state = model.state_dict()\n",
-            "    state = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}\n",
-        ),),
-        hazard="the cast wrapped model fails in its state-dict hooks or its next forward (dtype mismatch)",
-        errors=(
-            r"Invalid usage of tensors with different dtypes",
-            r"mat1 and mat2 must have the same dtype",
-            r"Expected out tensor to have dtype",
-            r"Expects the handle training to be IDLE",
-        ),
     )
     doc = """\
 ## What it does

@@ -11,7 +11,6 @@ from fsdp_lint.facts.values import bind_arguments, literal_bool
 from fsdp_lint.facts.walk import push_children
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 TORCH_SAVE = frozenset({"torch.save", "torch.serialization.save"})
@@ -51,14 +50,6 @@ class SaveOnEveryRank(Rule):
     markers = (
         ("save", "save_pretrained", "save_file", "save_model"),
         ("FullyShardedDataParallel", "fully_shard", "torch.distributed.fsdp"),
-    )
-    scenario = Scenario(
-        program="fsd108_save_on_every_rank.py",
-        fixed_by=((
-            '    path = os.path.join(out_dir, "model.pt")\n',
-            '    path = os.path.join(out_dir, f"model_rank{rank}.pt")\n',
-        ),),
-        hazard="the saved file holds one rank's data only (the other ranks' saves are lost) or does not load",
     )
     doc = """\
 ## What it does
