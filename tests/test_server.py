@@ -251,6 +251,26 @@ def test_pyproject_changes_reapply_configuration(session):
     session(scenario)
 
 
+def test_save_lints_and_a_saved_pyproject_is_read_again(session):
+    pyproject = session.root / "pyproject.toml"
+    pyproject.write_text("[tool.fsdp-lint]\n")
+
+    async def scenario(server):
+        uri = server.open(session.root / "train.py", TRAIN)
+        assert [d.code for d in (await server.next_publish(uri, 1)).diagnostics] == ["FSD001"]
+        server.client.text_document_did_save(
+            types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+        )
+        assert [d.code for d in (await server.next_publish(uri)).diagnostics] == ["FSD001"]
+        pyproject.write_text('[tool.fsdp-lint]\nselect = ["FSD002"]\n')  # the editor saved it
+        server.client.text_document_did_save(
+            types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=pyproject.as_uri()))
+        )
+        assert (await server.next_publish(uri)).diagnostics == ()
+
+    session(scenario)
+
+
 def test_client_settings_win_over_pyproject(session):
     (session.root / "pyproject.toml").write_text('[tool.fsdp-lint]\nselect = ["FSD001"]\n')
 

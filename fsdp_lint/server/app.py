@@ -39,6 +39,7 @@ class FsdpLintServer(LanguageServer):
         self.client_settings = ClientSettings()
         self.lint_settings = None
         self.settings_error: Optional[str] = None
+        self.generation = 0  # bumped whenever settings are re-read: earlier lints are stale
         self.results: Dict[str, DocumentLint] = {}
         self.timers: Dict[str, asyncio.TimerHandle] = {}
         self._shown_errors: set = set()
@@ -51,6 +52,7 @@ class FsdpLintServer(LanguageServer):
         self.reload_settings()
 
     def reload_settings(self) -> None:
+        self.generation += 1
         try:
             self.lint_settings = self.client_settings.lint_settings()
             self.settings_error = None
@@ -78,7 +80,12 @@ class FsdpLintServer(LanguageServer):
             return None
         if self.lint_settings is None and self.settings_error is None:
             self.reload_settings()
-        result = lint_document(uri, path, document.version, document.source, self.lint_settings, self.settings_error)
+        result = self.results.get(uri)
+        if result is not None and result.generation == self.generation and result.text == document.source:
+            result.version = document.version  # saved, or edited back: the text was linted already
+        else:
+            result = lint_document(uri, path, document.version, document.source, self.lint_settings, self.settings_error)
+            result.generation = self.generation
         if result.config_error:
             self.show_once(f"fsdp-lint: {result.config_error}", types.MessageType.Error)
         self.results[uri] = result

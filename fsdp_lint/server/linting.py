@@ -55,6 +55,7 @@ class DocumentLint:
     unsafe: bool = False
     config_error: Optional[str] = None
     excluded: bool = False
+    generation: int = 0  # which reading of the settings it was linted with
 
 
 def _excluded(path: str, settings: Settings) -> bool:
