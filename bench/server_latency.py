@@ -92,11 +92,16 @@ def warmup_factor_{i}(step: int, warmup: int = 100) -> float:
 
 
 def candidate(lines: int = 1000) -> str:
+    """Whole blocks while they fit, then one-line settings up to exactly ``lines`` lines."""
     text, i = HEADER, 0
-    while text.count("\n") < lines:
+    while text.count("\n") + BLOCK.count("\n") <= lines:
         text += BLOCK.format(i=i)
         i += 1
-    return "\n".join(text.split("\n")[:lines]).rstrip() + "\n"
+    k = 0
+    while text.count("\n") < lines:
+        text += f"STAGE_{k}_STEPS = {100 * (k + 1)}\n"
+        k += 1
+    return text
 
 
 async def measure(path: Path, text: str, changes: int, warmup: int, debounce_ms: int):

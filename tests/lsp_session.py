@@ -37,7 +37,9 @@ def capabilities(resolve_edits: bool = True, encodings: Optional[List[str]] = No
             code_action=types.CodeActionClientCapabilities(
                 resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"]) if resolve_edits else None,
                 code_action_literal_support=types.ClientCodeActionLiteralOptions(
-                    code_action_kind=types.ClientCodeActionKindOptions(value_set=["", "quickfix", "source", "source.fixAll"])
+                    code_action_kind=types.ClientCodeActionKindOptions(
+                        value_set=["", "quickfix", "source", "source.fixAll"]
+                    )
                 ),
             ),
             hover=types.HoverClientCapabilities(content_format=[types.MarkupKind.Markdown]),
@@ -69,7 +71,10 @@ def offset_at(text: str, position: types.Position, encoding: str = "utf-16") -> 
 
 
 def apply_edits(text: str, edits, encoding: str = "utf-16") -> str:
-    spans = [(offset_at(text, e.range.start, encoding), offset_at(text, e.range.end, encoding), e.new_text) for e in edits]
+    spans = [
+        (offset_at(text, e.range.start, encoding), offset_at(text, e.range.end, encoding), e.new_text)
+        for e in edits
+    ]
     for start, end, new in sorted(spans, reverse=True):
         text = text[:start] + new + text[end:]
     return text
@@ -111,7 +116,7 @@ class Session:
         def log_message(params):
             pass
 
-    async def start(self, options=None, caps: Optional[types.ClientCapabilities] = None, env=None) -> types.InitializeResult:
+    async def start(self, options=None, caps: Optional[types.ClientCapabilities] = None, env=None):
         # stderr goes to a file: nothing reads the pipe pygls would give it
         await self.client.start_io(
             "/bin/sh", "-c", 'exec "$0" -m fsdp_lint server 2>>"$1"', sys.executable, str(self.log),

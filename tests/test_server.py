@@ -115,7 +115,9 @@ def test_fsd001_diagnostic_quick_fix_then_clean(session):
 
 
 def test_noqa_action_suppresses_the_finding(session):
-    text = TRAIN.replace("with FSDP.summon_full_params(wrapped):", "with FSDP.summon_full_params(wrapped):  # noqa: FSD002")
+    text = TRAIN.replace(
+        "with FSDP.summon_full_params(wrapped):", "with FSDP.summon_full_params(wrapped):  # noqa: FSD002"
+    )
 
     async def scenario(server):
         uri = server.open(session.root / "train.py", text)
@@ -310,6 +312,30 @@ def test_syntax_error_mid_edit_is_a_diagnostic_and_the_server_goes_on(session):
     session(scenario)
 
 
+def test_untitled_documents_use_the_workspace_config_and_excludes_apply(session):
+    root = session.root
+    (root / "pyproject.toml").write_text(
+        '[tool.fsdp-lint]\nextend-exclude = ["generated"]\nper-file-ignores = { "Untitled-*" = ["FSD001"] }\n'
+    )
+    (root / "generated").mkdir()
+
+    async def scenario(server):
+        generated = server.open(root / "generated" / "train.py", TRAIN)
+        untitled = "untitled:Untitled-1"
+        server.versions[untitled] = 1
+        server.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(uri=untitled, language_id="python", version=1, text=TRAIN)
+            )
+        )
+        plain = server.open(root / "train.py", TRAIN)
+        assert (await server.next_publish(generated, 1)).diagnostics == ()
+        assert (await server.next_publish(untitled, 1)).diagnostics == ()  # Untitled-* ignores FSD001
+        assert [d.code for d in (await server.next_publish(plain, 1)).diagnostics] == ["FSD001"]
+
+    session(scenario)
+
+
 def test_notebooks_and_other_languages_are_ignored(session):
     root = session.root
 
@@ -332,7 +358,9 @@ def test_notebooks_and_other_languages_are_ignored(session):
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-8"])
 def test_ranges_count_columns_in_the_negotiated_encoding(session, encoding):
-    text = TRAIN.replace("with FSDP.summon_full_params(wrapped):", 'with nullcontext("🔥 é"), FSDP.summon_full_params(wrapped):')
+    text = TRAIN.replace(
+        "with FSDP.summon_full_params(wrapped):", 'with nullcontext("🔥 é"), FSDP.summon_full_params(wrapped):'
+    )
 
     async def scenario(server):
         uri = server.open(session.root / "train.py", text)
@@ -368,3 +396,18 @@ def test_server_help(cli):
     result = cli("server", "--help")
     assert result.returncode == 0
     assert "language server" in result.stdout
+
+
+def test_without_pygls_the_server_says_what_to_install(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "pygls").mkdir()
+    (tmp_path / "pygls" / "__init__.py").write_text("raise ImportError('No module named pygls')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-m", "fsdp_lint", "server"], env=env, capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 2
+    assert "pip install 'fsdp-lint[server]'" in result.stderr
+    assert result.stdout == ""

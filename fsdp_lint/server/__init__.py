@@ -4,7 +4,8 @@ Needs the ``server`` extra (``pip install 'fsdp-lint[server]'``); the linter its
 only libcst.  Modules: ``app`` (the server and its LSP handlers), ``linting`` (which
 documents, which settings, the engine), ``lsp_diagnostics`` (findings as LSP diagnostics),
 ``actions`` (quick fixes, fix all, noqa), ``hover`` (rule pages), ``settings`` (what the
-editor may set), ``text_index`` (offsets and LSP positions).
+editor may set), ``text_index`` (offsets and LSP positions), ``incremental`` (re-parsing
+only the statements an edit changed).
 """
 
 from __future__ import annotations
@@ -28,5 +29,8 @@ def main(argv: Sequence[str] = ()) -> int:
     except ImportError as exc:
         print(f"fsdp-lint: error: {INSTALL_HINT} ({exc})", file=sys.stderr)
         return 2
-    create_server().start_io()
+    # the protocol owns standard output: anything else printed goes to standard error
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr
+    create_server().start_io(stdin, stdout)
     return 0

@@ -49,7 +49,9 @@ def _text_edit(index: TextIndex, start: int, end: int, content: str) -> types.Te
     )
 
 
-def workspace_edit(uri: str, version: Optional[int], edits: List[types.TextEdit], versioned: bool) -> types.WorkspaceEdit:
+def workspace_edit(
+    uri: str, version: Optional[int], edits: List[types.TextEdit], versioned: bool
+) -> types.WorkspaceEdit:
     if versioned:
         identifier = types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version)
         return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(text_document=identifier, edits=edits)])
@@ -81,13 +83,17 @@ def noqa_edit(lint: DocumentLint, diagnostic: Diagnostic) -> Optional[tuple]:
     return None
 
 
-def _quick_fixes(lint: DocumentLint, index: TextIndex, diagnostic: Diagnostic, versioned: bool) -> List[types.CodeAction]:
+def _quick_fixes(
+    lint: DocumentLint, index: TextIndex, diagnostic: Diagnostic, versioned: bool
+) -> List[types.CodeAction]:
     actions = []
     lsp_diagnostic = to_lsp(diagnostic, index)
     fix = diagnostic.fix
     if fix is not None:
         safe = fix.applicability == SAFE
-        title = f"{fix.message} ({diagnostic.code})" if safe else f"Unsafe fix: {fix.message} ({diagnostic.code}; review the change)"
+        title = f"{fix.message} ({diagnostic.code})"
+        if not safe:
+            title = f"Unsafe fix: {fix.message} ({diagnostic.code}; review the change)"
         edits = [_text_edit(index, e.start_offset, e.end_offset, e.content) for e in fix.edits]
         actions.append(
             types.CodeAction(
@@ -113,7 +119,9 @@ def _quick_fixes(lint: DocumentLint, index: TextIndex, diagnostic: Diagnostic, v
 
 
 def fix_all_title(unsafe: bool) -> str:
-    return "Fix all fsdp-lint findings (safe and unsafe fixes)" if unsafe else "Fix all safe fsdp-lint fixes in this file"
+    if unsafe:
+        return "Fix all fsdp-lint findings (safe and unsafe fixes)"
+    return "Fix all safe fsdp-lint fixes in this file"
 
 
 def fix_all_edit(lint: DocumentLint, encoding: str, versioned: bool) -> Optional[types.WorkspaceEdit]:

@@ -3,7 +3,8 @@
 - ``didOpen`` and ``didSave`` lint at once; ``didChange`` lints ``debounceMs`` after the last
   change (each change restarts the wait); ``didClose`` clears the document's diagnostics.
 - Documents are synchronised in full (``TextDocumentSyncKind.Full``): the server then holds
-  exactly the editor's text, whatever characters it contains.
+  exactly the editor's text, whatever characters it contains.  Each document keeps its last
+  parse, and an edit re-parses only the top-level statements it touched (``incremental``).
 - A changed ``pyproject.toml`` (``didChangeWatchedFiles``, registered for ``**/pyproject.toml``
   when the client allows it, or saved in the editor) or new client settings
   (``didChangeConfiguration``) re-read the configuration and re-lint every open document.
@@ -23,6 +24,7 @@ from pygls.lsp.server import LanguageServer
 from fsdp_lint import __version__
 from fsdp_lint.config import ConfigError
 from fsdp_lint.server import actions, hover
+from fsdp_lint.server.incremental import ParseCache
 from fsdp_lint.server.linting import DocumentLint, document_path, is_python_document, lint_document
 from fsdp_lint.server.lsp_diagnostics import document_diagnostics
 from fsdp_lint.server.settings import ClientSettings, parse_client_settings
@@ -42,6 +44,7 @@ class FsdpLintServer(LanguageServer):
         self.generation = 0  # bumped whenever settings are re-read: earlier lints are stale
         self.results: Dict[str, DocumentLint] = {}
         self.timers: Dict[str, asyncio.TimerHandle] = {}
+        self.parses: Dict[str, ParseCache] = {}
         self._shown_errors: set = set()
 
     # -- settings -------------------------------------------------------------------
@@ -84,7 +87,10 @@ class FsdpLintServer(LanguageServer):
         if result is not None and result.generation == self.generation and result.text == document.source:
             result.version = document.version  # saved, or edited back: the text was linted already
         else:
-            result = lint_document(uri, path, document.version, document.source, self.lint_settings, self.settings_error)
+            parser = self.parses.setdefault(uri, ParseCache()).parse
+            result = lint_document(
+                uri, path, document.version, document.source, self.lint_settings, self.settings_error, parser
+            )
             result.generation = self.generation
         if result.config_error:
             self.show_once(f"fsdp-lint: {result.config_error}", types.MessageType.Error)
@@ -184,6 +190,7 @@ def create_server() -> FsdpLintServer:
         timer = server.timers.pop(uri, None)
         if timer is not None:
             timer.cancel()
+        server.parses.pop(uri, None)
         if server.results.pop(uri, None) is not None:
             server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 

@@ -68,7 +68,8 @@ def _excluded(path: str, settings: Settings) -> bool:
 
 
 def lint_document(uri: str, path: str, version: Optional[int], text: str, settings: Optional[Settings],
-                  settings_error: Optional[str] = None) -> DocumentLint:
+                  settings_error: Optional[str] = None, parser=None) -> DocumentLint:
+    """``parser``: the document's ``ParseCache.parse`` (re-parses only what an edit changed)."""
     result = DocumentLint(uri, path, version, text)
     if settings is None:
         result.config_error = settings_error or "no settings"
@@ -83,9 +84,11 @@ def lint_document(uri: str, path: str, version: Optional[int], text: str, settin
         result.config_error = str(exc)
         return result
     try:
-        result.diagnostics = lint_text(text, path, result.rules).diagnostics
+        result.diagnostics = lint_text(text, path, result.rules, parser).diagnostics
     except RecursionError:
-        result.diagnostics = [error_diagnostic(SYNTAX_ERROR, path, "file too deeply nested to analyse, file not checked")]
+        result.diagnostics = [
+            error_diagnostic(SYNTAX_ERROR, path, "file too deeply nested to analyse, file not checked")
+        ]
     except Exception as exc:  # noqa: BLE001 - the server outlives a bug in one rule or file
         result.diagnostics = [
             error_diagnostic(INTERNAL_ERROR, path, f"internal error: {type(exc).__name__}: {exc}; please report it")
