@@ -128,6 +128,31 @@ async def measure(path: Path, text: str, changes: int, warmup: int, debounce_ms:
         await session.stop()
 
 
+def engine_times(text: str, changes: int):
+    """The engine alone on the same edits: a full ``lint_text`` and one with the server's
+    incremental parse, so the table can say how much of the latency is the server's."""
+    from fsdp_lint.engine import lint_text
+    from fsdp_lint.rules import ALL_RULES
+    from fsdp_lint.server.incremental import ParseCache
+
+    lines = text.split("\n")
+    target = next(n for n in range(len(lines) // 2, len(lines)) if "lr: float = 3e-4" in lines[n])
+    cache = ParseCache()
+    lint_text(text, "finetune.py", ALL_RULES, cache.parse)
+    full, incremental = [], []
+    for n in range(changes):
+        edited = list(lines)
+        edited[target] = lines[target].replace("3e-4", f"{n + 1}e-6")
+        edited = "\n".join(edited)
+        start = time.perf_counter()
+        lint_text(edited, "finetune.py", ALL_RULES)
+        full.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        lint_text(edited, "finetune.py", ALL_RULES, cache.parse)
+        incremental.append(time.perf_counter() - start)
+    return full, incremental
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=1000)
@@ -141,12 +166,16 @@ def main() -> int:
         path.write_text(text)
         load_before = os.getloadavg()
         findings, times = asyncio.run(measure(path, text, args.changes, args.warmup, args.debounce_ms))
+        in_process = engine_times(text, args.changes)
         load_after = os.getloadavg()
     ms = sorted(t * 1000 for t in times)
+    full, incremental = (statistics.median(t) * 1000 for t in in_process)
     print(f"file: {text.count(chr(10))} lines, {findings} findings; debounceMs {args.debounce_ms}; "
           f"{args.changes} timed changes after {args.warmup} warm-up")
     print(f"change -> diagnostics: median {statistics.median(ms):.1f} ms, "
           f"p90 {ms[int(0.9 * (len(ms) - 1))]:.1f} ms, min {ms[0]:.1f} ms, max {ms[-1]:.1f} ms")
+    print(f"the same edits in one process, no server: lint_text {full:.1f} ms; "
+          f"with the incremental parse {incremental:.1f} ms (medians)")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{platform.system()}; libcst {_version('libcst')}, pygls {_version('pygls')}")
     print(f"load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}; "

@@ -71,6 +71,8 @@ def noqa_edit(lint: DocumentLint, diagnostic: Diagnostic) -> Optional[tuple]:
             continue
         start, end = index.starts[row - 1], index.line_end_offset(row)
         line = text[start:end]
+        if line.rstrip().endswith("\\"):
+            continue  # a comment cannot follow a line continuation
         existing = _NOQA_CODES.search(line)
         if existing:
             edit = (start + existing.end(), start + existing.end(), f", {diagnostic.code}")
