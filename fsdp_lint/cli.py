@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence
 
 from fsdp_lint import __version__
 
-SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean")
+SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server")
 
 
 def _codes(value: str) -> List[str]:
@@ -233,7 +233,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "  rule     print a rule's documentation\n"
             "  rules    list all rules\n"
             "  clean    remove the result cache (.fsdp_lint_cache)\n"
-            "  verify   run each rule's runtime scenario under torchrun (needs torch)\n\n"
+            "  verify   run each rule's runtime scenario under torchrun (needs torch)\n"
+            "  server   run the language server on stdio (needs the `server` extra)\n\n"
             "Run `fsdp-lint check --help` for the options of check."
         )
         return 0
@@ -250,6 +251,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             target = rest[0] if rest else DEFAULT_DIR
             print(f"removed {target}" if clean(target) else f"no cache at {target}")
             return 0
+        if command == "server":
+            from fsdp_lint.server import main as run_server
+
+            return run_server(rest)
         if command == "verify":
             from fsdp_lint.verify.command import run_verify
 
