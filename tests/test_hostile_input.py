@@ -99,12 +99,14 @@ def test_unreadable_file(cli, tmp_path):
     assert data[0]["code"] == "FSD902" and "cannot read file" in data[0]["message"]
 
 
-def test_missing_path_is_reported(cli, tmp_path):
+def test_missing_path_is_a_usage_error(cli, tmp_path):
+    """As ruff: a path that does not exist stops the run with exit status 2, naming it."""
     shutil.copy(FIXTURES / "FSD001" / "fix" / "read_only.py", tmp_path / "a.py")
     result = cli("check", "--format", "json", tmp_path / "a.py", tmp_path / "nope.py")
-    data = json.loads(result.stdout)
-    assert {d["code"] for d in data} == {"FSD001", "FSD902"}
-    assert any("no such file" in d["message"] for d in data)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "no such file or directory" in result.stderr and "nope.py" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_libcst_failure_that_cpython_accepts_becomes_a_diagnostic(monkeypatch):
