@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Type
+from typing import Deque, Dict, List, Optional, Sequence, Type
 
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder, version_tuple
@@ -251,6 +252,21 @@ def _crashed(source: SourceFile) -> FileReport:
     )])
 
 
+def _collect(submitted, settings: Settings, reports: List[FileReport], retry: List[SourceFile]) -> None:
+    """Wait for one worker's answer, write its fixes, keep its report (or the file for a
+    retry when the pool broke)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    source, future = submitted
+    try:
+        report = future.result()
+    except BrokenProcessPool:
+        retry.append(source)
+        return
+    write_fixes(source, report, settings)
+    reports.append(report)
+
+
 def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[FileReport]:
     """Read every file once; files the cheap stages settle are answered at once.  The rest
     need libcst: with ``jobs`` > 1 each is handed to a worker process as soon as it is
@@ -264,7 +280,7 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
     reports: List[FileReport] = []
     pending: List[SourceFile] = []
     pool = None
-    futures = []
+    futures: Deque = deque()
     retry: List[SourceFile] = []
     try:
         for path in paths:
@@ -280,16 +296,12 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
                 if pool is None:
                     pool = _pool(jobs, settings)
                 futures.append((source, _submit(pool, source)))
+                while futures and futures[0][1].done():  # write fixes while still reading
+                    _collect(futures.popleft(), settings, reports, retry)
             else:
                 pending.append(source)
-        for source, future in futures:
-            try:
-                report = future.result()
-            except BrokenProcessPool:
-                retry.append(source)
-                continue
-            write_fixes(source, report, settings)
-            reports.append(report)
+        while futures:
+            _collect(futures.popleft(), settings, reports, retry)
         for source in retry:
             single = _pool(1, settings)
             pool = single

@@ -109,6 +109,11 @@ def _refusal(path: str, st: os.stat_result) -> Optional[str]:
     return None
 
 
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
 def write_atomic(source: SourceFile, new_text: str) -> None:
     """Write ``new_text`` over ``source.path`` atomically, unless the file changed since it
     was read.  A symbolic link is written through: its target gets the new text, the link
@@ -120,6 +125,11 @@ def write_atomic(source: SourceFile, new_text: str) -> None:
     why = _refusal(path, st)
     if why is not None:
         raise WriteRefused(why)
+    current = _read(path)
+    if current == data:
+        return  # already fixed (the same file reached through a symbolic link, say)
+    if current != source.raw:
+        raise FileChangedError(f"{source.path} changed on disk while it was being fixed; not written")
     directory = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=".fsdp-lint-", suffix=".tmp", dir=directory)
     try:
@@ -137,9 +147,7 @@ def write_atomic(source: SourceFile, new_text: str) -> None:
                     ) from None
             os.fchmod(handle.fileno(), stat.S_IMODE(st.st_mode))  # after chown, which clears set-id bits
             os.fsync(handle.fileno())
-        with open(path, "rb") as handle:
-            current = handle.read()
-        if current != source.raw:
+        if _read(path) != source.raw:
             raise FileChangedError(f"{source.path} changed on disk while it was being fixed; not written")
         os.replace(tmp, path)
         tmp = None
