@@ -93,9 +93,9 @@ def _command():
 
 
 def _start(project, *args):
-    env = {**os.environ, "FSD_LINT_CACHE_DIR": str(project / "cache"), "PYTHONIOENCODING": "utf-8"}
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
     return subprocess.Popen(
-        [*_command(), "check", *args, "src"],
+        [*_command(), "check", "--cache-dir", str(project / "cache"), *args, "src"],
         cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )
 
