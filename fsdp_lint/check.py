@@ -302,6 +302,9 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
                 pending.append(source)
         while futures:
             _collect(futures.popleft(), settings, reports, retry)
+        if pool is not None:
+            pool.shutdown()
+            pool = None
         for source in retry:
             single = _pool(1, settings)
             pool = single

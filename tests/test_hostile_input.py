@@ -67,6 +67,7 @@ def test_every_hostile_file_gets_its_diagnostic_and_the_run_goes_on(cli, tree, j
     assert result.returncode == 1
 
 
+@pytest.mark.slow
 def test_large_generated_file(cli, tmp_path):
     block = GOOD.decode()
     body = "\n".join(f"def f{i}(model):\n    x_{i} = [{i}] * 3\n    return x_{i}\n" for i in range(80000))

@@ -14,6 +14,7 @@ BAD = (FIXTURES / "FSD001" / "fix" / "read_only.py").read_text()
 GOOD = (FIXTURES / "FSD001" / "fix" / "read_only.fixed.py").read_text()
 
 
+@pytest.mark.slow
 def test_concurrent_fix_processes_leave_each_file_original_or_fixed(tmp_path):
     for index in range(40):
         (tmp_path / f"m{index}.py").write_text(BAD)
@@ -80,6 +81,7 @@ def test_self_check_on_own_source(cli):
     _self_check(cli, ROOT / "fsdp_lint")
 
 
+@pytest.mark.slow
 def test_self_check_on_torch_distributed(cli):
     torch = pytest.importorskip("torch")
     tree = Path(torch.__file__).parent / "distributed"
