@@ -108,7 +108,6 @@ def _run_check(argv: Sequence[str]) -> int:
     from fsdp_lint.engine import IO_ERROR, error_diagnostic
     from fsdp_lint.files import NOT_PYTHON, discover, matches_any
     from fsdp_lint.output import FORMATS, render
-
     from fsdp_lint.rules import UnknownRuleError, matching
 
     args = _check_parser().parse_args(argv)

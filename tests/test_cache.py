@@ -5,6 +5,7 @@ skips the work (a warm run parses nothing)."""
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,10 @@ def project(tmp_path):
     return root
 
 
-def _run(cli, cwd, *args, env=None):
+def _run(cwd, *args, env=None):
+    """``fsdp-lint check`` in ``cwd``, with only the given FSD_LINT_CACHE_DIR."""
     command_env = {k: v for k, v in os.environ.items() if k != "FSD_LINT_CACHE_DIR"}
     command_env.update(env or {})
-    import sys
-
     result = subprocess.run(
         [sys.executable, "-m", "fsdp_lint", "check", *map(str, args)],
         cwd=cwd, capture_output=True, text=True, env={**command_env, "PYTHONIOENCODING": "utf-8"},
@@ -47,8 +47,8 @@ def _entries(directory: Path):
     return [p for p in directory.rglob("*.json")] if directory.is_dir() else []
 
 
-def test_cache_sits_beside_the_nearest_pyproject_and_git_ignores_it(cli, project):
-    _run(cli, project / "src", ".")  # run from a subfolder, as the issue's user did
+def test_cache_sits_beside_the_nearest_pyproject_and_git_ignores_it(project):
+    _run(project / "src", ".")  # run from a subfolder, as the issue's user did
     cache = project / ".fsdp_lint_cache"
     assert _entries(cache), list(project.rglob("*"))
     assert not (project / "src" / ".fsdp_lint_cache").exists()
@@ -60,28 +60,28 @@ def test_cache_sits_beside_the_nearest_pyproject_and_git_ignores_it(cli, project
     assert "src/trainer/offload.py" in staged and ".fsdp_lint_cache" not in staged
 
 
-def test_without_pyproject_the_cache_is_in_the_working_directory(cli, project):
+def test_without_pyproject_the_cache_is_in_the_working_directory(project):
     (project / "pyproject.toml").unlink()
-    _run(cli, project / "src", ".")
+    _run(project / "src", ".")
     assert _entries(project / "src" / ".fsdp_lint_cache")
 
 
-def test_cache_dir_from_env_option_and_no_cache(cli, project, tmp_path):
+def test_cache_dir_from_env_option_and_no_cache(project, tmp_path):
     elsewhere = tmp_path / "ci-cache"
-    _run(cli, project, "src", env={"FSD_LINT_CACHE_DIR": str(elsewhere)})
+    _run(project, "src", env={"FSD_LINT_CACHE_DIR": str(elsewhere)})
     assert _entries(elsewhere) and (elsewhere / ".gitignore").is_file()
     assert not (project / ".fsdp_lint_cache").exists()
     option = tmp_path / "option-cache"
-    _run(cli, project, "--cache-dir", option, "src", env={"FSD_LINT_CACHE_DIR": str(elsewhere)})
+    _run(project, "--cache-dir", option, "src", env={"FSD_LINT_CACHE_DIR": str(elsewhere)})
     assert _entries(option)  # the option wins over the environment
     shutil.rmtree(elsewhere)
     shutil.rmtree(option)
-    _run(cli, project, "--no-cache", "src", env={"FSD_LINT_CACHE_DIR": str(elsewhere)})
+    _run(project, "--no-cache", "src", env={"FSD_LINT_CACHE_DIR": str(elsewhere)})
     assert not elsewhere.exists() and not (project / ".fsdp_lint_cache").exists()
 
 
 def test_clean_removes_the_project_cache_and_nothing_else(cli, project):
-    _run(cli, project / "src", ".")
+    _run(project / "src", ".")
     assert cli("clean", cwd=project / "src").returncode == 0
     assert not (project / ".fsdp_lint_cache").exists()
     keep = project / "notes"
