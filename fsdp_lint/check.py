@@ -2,14 +2,16 @@
 
 Each file is processed independently by ``process_file`` (read once, lint or fix, write
 atomically); one bad file yields a diagnostic and the run goes on with the others.
+Only the main process writes files; worker processes lint and fix in memory.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Type
+from typing import Deque, Dict, List, Optional, Sequence, Type
 
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder, version_tuple
@@ -17,9 +19,12 @@ from fsdp_lint.config import ConfigFinder, version_tuple
 from fsdp_lint.diagnostics import Diagnostic
 from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, ast_confirms, error_diagnostic, lint_text, wanted_rules
 from fsdp_lint.fixer import fix_text
+from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.rules import select_rules
 from fsdp_lint.rules.base import Rule
-from fsdp_lint.source import FileChangedError, SourceError, SourceFile, decode_source, read_source, write_atomic
+from fsdp_lint.source import (
+    FileChangedError, SourceError, SourceFile, WriteRefused, decode_source, read_source, write_atomic,
+)
 
 
 @dataclass
@@ -72,10 +77,12 @@ class Settings:
 class FileReport:
     path: str
     diagnostics: List[Diagnostic] = field(default_factory=list)
-    fixed: int = 0
+    fixed: int = 0  # findings the fixes resolved (found = fixed + remaining)
     diff: str = ""
     new_text: Optional[str] = None  # the fixed text (stdin mode prints it)
     text: str = ""  # the text as read (stdin mode prints it back when nothing changed)
+    fixes: int = 0  # fixes applied: fewer than ``fixed`` when one fix settles several findings
+    unfixed: List[Diagnostic] = field(default_factory=list)  # the findings before fixing
 
 
 def _diff(path: str, old: str, new: str) -> str:
@@ -87,6 +94,9 @@ def _diff(path: str, old: str, new: str) -> str:
 
 
 def process_source(source: SourceFile, settings: Settings, write: bool = True) -> FileReport:
+    """Lint (or fix) one file.  With ``write`` a fixed file is written here; without it the
+    fixed text stays in the report for ``write_fixes`` (workers never write: the main
+    process does, so an interruption never stops a write half-way)."""
     path = source.path
     report = FileReport(path)
     rules = settings.rules_for(path)
@@ -98,30 +108,46 @@ def process_source(source: SourceFile, settings: Settings, write: bool = True) -
         report.diagnostics = outcome.diagnostics
         if outcome.text == source.text:
             return report
-        report.fixed = outcome.applied
+        report.fixed = outcome.resolved
+        report.fixes = outcome.applied
         report.new_text = outcome.text
+        report.unfixed = outcome.initial
         if settings.diff:
             report.diff = _diff(path, source.text, outcome.text)
-        elif write:
-            try:
-                write_atomic(source, outcome.text)
-            except FileChangedError as exc:
-                report.fixed = 0
-                report.diagnostics.append(error_diagnostic(IO_ERROR, path, str(exc)))
-            except OSError as exc:
-                report.fixed = 0
-                report.diagnostics.append(
-                    error_diagnostic(IO_ERROR, path, f"cannot write fixed file: {exc.strerror or exc}")
-                )
     except RecursionError:
         report.diagnostics = [
             error_diagnostic(("FSD900", "syntax-error"), path, "file too deeply nested to analyse, file not checked")
         ]
+        return report
     except Exception as exc:  # noqa: BLE001 - never abort the run for one file
         report.diagnostics = [
             error_diagnostic(INTERNAL_ERROR, path, f"internal error: {type(exc).__name__}: {exc}; please report it")
         ]
+        return report
+    if write:
+        write_fixes(source, report, settings)
     return report
+
+
+def write_fixes(source: SourceFile, report: FileReport, settings: Settings) -> None:
+    """Write the report's fixed text over the file (atomically, signals held off until the
+    write is done or undone).  When it cannot be written, the file's findings are reported
+    as they stand on disk, with an FSD902 naming the reason."""
+    if report.new_text is None or settings.diff or not settings.fix:
+        return
+    try:
+        with blocked():
+            write_atomic(source, report.new_text)
+        return
+    except FileChangedError as exc:
+        why = str(exc)
+    except WriteRefused as exc:
+        why = f"fixes not written: {exc}"
+    except OSError as exc:
+        why = f"fixes not written: cannot write the file: {exc.strerror or exc}"
+    report.diagnostics = list(report.unfixed) + [error_diagnostic(IO_ERROR, source.path, why)]
+    report.fixed = report.fixes = 0
+    report.new_text = None
 
 
 def _lint_cached(source: SourceFile, rules, cache: Optional[Cache]) -> List[Diagnostic]:
@@ -175,14 +201,16 @@ _WORKER_SETTINGS: Optional[Settings] = None
 
 
 def _init_worker(settings: Settings) -> None:
-    """Runs once in each worker: the settings arrive once, not with every file."""
+    """Runs once in each worker: signals first (the worker was forked with them blocked),
+    then the settings, which arrive once, not with every file."""
     global _WORKER_SETTINGS
+    worker_signals()
     _WORKER_SETTINGS = settings
     import libcst  # noqa: F401 - imported while the parent is still reading files
 
 
 def _worker(source: SourceFile) -> FileReport:
-    return process_source(source, _WORKER_SETTINGS)
+    return process_source(source, _WORKER_SETTINGS, False)
 
 
 def _pool(workers: int, settings: Settings):
@@ -193,6 +221,30 @@ def _pool(workers: int, settings: Settings):
     return ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(settings,))
 
 
+def _submit(pool, source: SourceFile):
+    with blocked():  # the first submit forks the workers: they start with signals blocked
+        return pool.submit(_worker, source)
+
+
+def _stop(pool) -> None:
+    """Stop a pool at once (an interruption): queued files are dropped, workers get
+    SIGTERM (they die on it, mid-file: they never write files), then SIGKILL if needed."""
+    with blocked():
+        terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        if terminate is not None:
+            terminate()
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+
+
 def _crashed(source: SourceFile) -> FileReport:
     return FileReport(source.path, [error_diagnostic(
         INTERNAL_ERROR, source.path,
@@ -200,18 +252,35 @@ def _crashed(source: SourceFile) -> FileReport:
     )])
 
 
+def _collect(submitted, settings: Settings, reports: List[FileReport], retry: List[SourceFile]) -> None:
+    """Wait for one worker's answer, write its fixes, keep its report (or the file for a
+    retry when the pool broke)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    source, future = submitted
+    try:
+        report = future.result()
+    except BrokenProcessPool:
+        retry.append(source)
+        return
+    write_fixes(source, report, settings)
+    reports.append(report)
+
+
 def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[FileReport]:
     """Read every file once; files the cheap stages settle are answered at once.  The rest
     need libcst: with ``jobs`` > 1 each is handed to a worker process as soon as it is
-    found, so parsing overlaps reading.  A worker that dies (a crash in native code)
-    breaks the pool; its files are retried one process each, so the file that crashes
-    is named in an FSD901 diagnostic and every other file still gets its answer."""
+    found, so parsing overlaps reading; the main process writes the fixes.  A worker that
+    dies (a crash in native code) breaks the pool; its files are retried one process each,
+    so the file that crashes is named in an FSD901 diagnostic and every other file still
+    gets its answer.  An interruption (``Interrupted``, any exception) stops the workers at
+    once and propagates."""
     from concurrent.futures.process import BrokenProcessPool
 
     reports: List[FileReport] = []
     pending: List[SourceFile] = []
     pool = None
-    futures = []
+    futures: Deque = deque()
     retry: List[SourceFile] = []
     try:
         for path in paths:
@@ -226,23 +295,35 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
             elif jobs > 1 and len(paths) > 1:
                 if pool is None:
                     pool = _pool(jobs, settings)
-                futures.append((source, pool.submit(_worker, source)))
+                futures.append((source, _submit(pool, source)))
+                while futures and futures[0][1].done():  # write fixes while still reading
+                    _collect(futures.popleft(), settings, reports, retry)
             else:
                 pending.append(source)
-        for source, future in futures:
+        while futures:
+            _collect(futures.popleft(), settings, reports, retry)
+        if pool is not None:
+            pool.shutdown()
+            pool = None
+        for source in retry:
+            single = _pool(1, settings)
+            pool = single
             try:
-                reports.append(future.result())
+                report = _submit(single, source).result()
+                write_fixes(source, report, settings)
             except BrokenProcessPool:
-                retry.append(source)
+                report = _crashed(source)
+            reports.append(report)
+            single.shutdown()
+            pool = None
+    except BaseException:
+        if pool is not None:
+            _stop(pool)
+            pool = None
+        raise
     finally:
         if pool is not None:
             pool.shutdown()
-    for source in retry:
-        with _pool(1, settings) as single:
-            try:
-                reports.append(single.submit(_worker, source).result())
-            except BrokenProcessPool:
-                reports.append(_crashed(source))
     reports.extend(process_source(source, settings) for source in pending)
     return reports
 

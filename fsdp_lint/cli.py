@@ -15,10 +15,38 @@ from typing import List, Optional, Sequence
 from fsdp_lint import __version__
 
 SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server")
+RULES_LEGEND = """
+Fix column:
+  fix    every finding of the rule comes with a fix
+  fix*   some findings come with a fix (where the rule can tell what the code meant)
+  (none) the rule has no fix; its documentation says what to change
+Fixes marked safe are applied by `--fix`; unsafe ones need `--fix --unsafe-fixes`.
+`fsdp-lint rule CODE` says which fixes a rule has and when they are unsafe.
+"""
 
 
 def _codes(value: str) -> List[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _version(value: str) -> str:
+    """``--target-torch-version``: validated as ``target-torch-version`` in pyproject."""
+    from fsdp_lint.config import check_version
+
+    try:
+        return check_version(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be a whole number of processes, 1 or more")
+    return jobs
 
 
 def _check_parser() -> argparse.ArgumentParser:
@@ -36,7 +64,9 @@ def _check_parser() -> argparse.ArgumentParser:
     rules.add_argument("--select", type=_codes, default=None, help="codes, prefixes or names (comma-separated); ALL")
     rules.add_argument("--extend-select", type=_codes, default=[], help="add to the selection")
     rules.add_argument("--ignore", type=_codes, default=[], help="codes, prefixes or names to skip")
-    rules.add_argument("--target-torch-version", default=None, help="skip rules whose hazard this torch fixed")
+    rules.add_argument(
+        "--target-torch-version", type=_version, default=None, help="skip rules whose hazard this torch fixed (2.14.1)"
+    )
     files = parser.add_argument_group("files")
     files.add_argument("--config", default=None, help="a pyproject.toml to use instead of searching")
     files.add_argument("--exclude", type=_codes, default=None, help="glob patterns to skip (replace the defaults)")
@@ -50,9 +80,13 @@ def _check_parser() -> argparse.ArgumentParser:
     output.add_argument("--statistics", action="store_true", help="print a count per rule instead of each finding")
     output.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     speed = parser.add_argument_group("speed")
-    speed.add_argument("-j", "--jobs", type=int, default=None, help="processes (default: all cores)")
+    speed.add_argument("-j", "--jobs", type=_jobs, default=None, help="processes (default: all cores)")
     speed.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
-    speed.add_argument("--cache-dir", default=None, help="where the cache lives (default: .fsdp_lint_cache)")
+    speed.add_argument(
+        "--cache-dir",
+        default=None,
+        help="where the cache lives (default: $FSD_LINT_CACHE_DIR, else .fsdp_lint_cache beside the nearest pyproject.toml)",
+    )
     return parser
 
 
@@ -61,14 +95,18 @@ def _error(message: str) -> int:
     return 2
 
 
+def _warn(message: str) -> None:
+    print(f"fsdp-lint: warning: {message}", file=sys.stderr)
+
+
 def _run_check(argv: Sequence[str]) -> int:
     import os
 
-    from fsdp_lint.cache import DEFAULT_DIR, Cache
+    from fsdp_lint.cache import Cache, cache_dir
     from fsdp_lint.check import Overrides, Settings, display_path, exit_code, process_stdin, run_files
     from fsdp_lint.config import ConfigError, ConfigFinder
     from fsdp_lint.engine import IO_ERROR, error_diagnostic
-    from fsdp_lint.files import discover, matches_any
+    from fsdp_lint.files import NOT_PYTHON, discover, matches_any
     from fsdp_lint.output import FORMATS, render
     from fsdp_lint.rules import UnknownRuleError, matching
 
@@ -82,66 +120,75 @@ def _run_check(argv: Sequence[str]) -> int:
         root_config = finder.for_directory(os.getcwd())
     except (UnknownRuleError, ConfigError) as exc:
         return _error(str(exc))
+    reads_stdin = args.paths == ["-"] or (args.stdin_filename is not None and not args.paths)
+    paths = args.paths or ["."]
+    if not reads_stdin:
+        missing = [path for path in paths if not os.path.lexists(path)]
+        if missing:
+            return _error("no such file or directory: " + ", ".join(missing))
     overrides = Overrides(args.select, args.extend_select, args.ignore, args.unsafe_fixes, args.target_torch_version)
-    cache = None if args.no_cache or args.fix or args.diff else Cache(args.cache_dir or DEFAULT_DIR)
+    cache = None if args.no_cache or args.fix or args.diff else Cache(cache_dir(args.cache_dir, args.config))
     settings = Settings(finder=finder, overrides=overrides, fix=args.fix, diff=args.diff, cache=cache)
     excludes = list(args.exclude if args.exclude is not None else (root_config.exclude or []))
     excludes += root_config.extend_exclude + args.extend_exclude
-    paths = args.paths or ["."]
-    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
-    try:
-        if paths == ["-"] or args.stdin_filename and paths == []:
-            name = args.stdin_filename or "-"
-            if args.force_exclude and matches_any(name, excludes):
-                data = sys.stdin.buffer.read()
-                if args.fix:
-                    sys.stdout.buffer.write(data)
-                return 0
-            try:
-                report = process_stdin(sys.stdin.buffer.read(), name, settings)
-            except ConfigError as exc:
-                return _error(str(exc))
+    report_text: List[str] = []
+    if reads_stdin:
+        name = args.stdin_filename or "-"
+        if args.force_exclude and matches_any(name, excludes):
+            data = sys.stdin.buffer.read()
             if args.fix:
-                sys.stdout.write(report.new_text if report.new_text is not None else report.text)
-                out = sys.stderr if out is sys.stdout else out
-            reports = [report]
-            problems = []
-        else:
-            found = discover(paths, excludes=excludes, force_exclude=args.force_exclude)
-            if args.show_files:
-                for path in found.files:
-                    out.write(f"{display_path(path)}\n")
-                for path, why in found.skipped:
-                    out.write(f"skipped {display_path(path)} ({why})\n")
-                for path, why in found.problems:
-                    out.write(f"problem {display_path(path)} ({why})\n")
-                return 0
-            jobs = args.jobs or os.cpu_count() or 1
-            try:
-                reports = run_files(found.files, settings, jobs=max(1, jobs))
-            except ConfigError as exc:
-                return _error(str(exc))
-            problems = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
-        diagnostics = problems + [d for report in reports for d in report.diagnostics]
-        fixed = sum(report.fixed for report in reports)
-        if fixed and args.fix and not args.diff and paths != ["-"]:
-            print(f"fsdp-lint: fixed {fixed} finding(s)", file=sys.stderr)
-        for d in diagnostics:
-            d.filename = display_path(d.filename)
-        diagnostics.sort(key=lambda d: d.sort_key())
-        if args.diff:
-            out.write("".join(report.diff for report in sorted(reports, key=lambda r: r.path)))
-        elif args.statistics:
-            counts = Counter((d.code, d.name) for d in diagnostics)
-            for (code, name), count in sorted(counts.items()):
-                out.write(f"{count:>5}\t{code}\t{name}\n")
-        else:
-            out.write(render(args.format, diagnostics))
-            if args.format == "text" and out is not sys.stderr:
-                _summary(out, diagnostics, fixed, args.fix)
-    finally:
-        if out not in (sys.stdout, sys.stderr):
-            out.close()
+                sys.stdout.buffer.write(data)
+            return 0
+        try:
+            report = process_stdin(sys.stdin.buffer.read(), name, settings)
+        except ConfigError as exc:
+            return _error(str(exc))
+        if args.fix:
+            sys.stdout.write(report.new_text if report.new_text is not None else report.text)
+        reports = [report]
+        problems = []
+    else:
+        found = discover(paths, excludes=excludes, force_exclude=args.force_exclude)
+        if args.show_files:
+            lines = [f"{display_path(path)}\n" for path in found.files]
+            lines += [f"skipped {display_path(path)} ({why})\n" for path, why in found.skipped]
+            lines += [f"problem {display_path(path)} ({why})\n" for path, why in found.problems]
+            return _emit(args.output_file, "".join(lines))
+        for path in found.not_python:
+            _warn(f"skipped {display_path(path)}: {NOT_PYTHON}")
+        if not found.files and not found.problems:
+            _warn("No Python files found under the given path(s)")
+        jobs = args.jobs or os.cpu_count() or 1
+        try:
+            reports = run_files(found.files, settings, jobs=max(1, jobs))
+        except ConfigError as exc:
+            return _error(str(exc))
+        problems = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
+    diagnostics = problems + [d for report in reports for d in report.diagnostics]
+    fixed = sum(report.fixed for report in reports)
+    fixes = sum(report.fixes for report in reports)
+    if fixed and args.fix and not args.diff and not reads_stdin:
+        print(f"fsdp-lint: fixed {fixed} finding(s)", file=sys.stderr)
+    for d in diagnostics:
+        d.filename = display_path(d.filename)
+    diagnostics.sort(key=lambda d: d.sort_key())
+    if args.diff:
+        report_text.append("".join(report.diff for report in sorted(reports, key=lambda r: r.path)))
+    elif args.statistics:
+        counts = Counter((d.code, d.name) for d in diagnostics)
+        for (code, name), count in sorted(counts.items()):
+            report_text.append(f"{count:>5}\t{code}\t{name}\n")
+    else:
+        report_text.append(render(args.format, diagnostics))
+        if args.format == "text":
+            report_text.append(_summary(diagnostics, fixed, fixes, args.fix))
+    if reads_stdin and args.fix and not args.output_file:
+        # standard output holds the fixed source: the report goes to standard error
+        sys.stderr.write("".join(report_text))
+    else:
+        status = _emit(args.output_file, "".join(report_text))
+        if status:
+            return status
     code = exit_code(diagnostics, fixed, args.diff)
     if code == 0 and fixed and args.exit_non_zero_on_fix:
         code = 1
@@ -150,20 +197,42 @@ def _run_check(argv: Sequence[str]) -> int:
     return code
 
 
-def _summary(out, diagnostics, fixed: int, fixing: bool) -> None:
+def _emit(output_file: Optional[str], text: str) -> int:
+    """Write the report to ``--output-file`` (written whole, at the end) or standard output."""
+    if not output_file:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(output_file, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        return _error(f"cannot write --output-file {output_file}: {exc.strerror or exc}")
+    return 0
+
+
+def _summary(diagnostics, fixed: int, fixes: int, fixing: bool) -> str:
+    """ruff's summary lines.  ``Found`` counts the same findings as a run without ``--fix``:
+    fixed (resolved by the fixes) plus remaining."""
     from fsdp_lint.diagnostics import SAFE
 
+    out = []
     remaining = len(diagnostics)
     if fixed:
-        out.write(f"Found {remaining + fixed} error(s) ({fixed} fixed, {remaining} remaining).\n")
+        out.append(f"Found {remaining + fixed} error(s) ({fixed} fixed, {remaining} remaining).\n")
+        if fixes < fixed:
+            out.append(
+                f"{fixes} fix(es) resolved {fixed} findings: one fix can settle several findings "
+                "on the same call (e.g. `writeback=False` answers FSD001 and FSD004).\n"
+            )
     elif remaining:
-        out.write(f"Found {remaining} error(s).\n")
+        out.append(f"Found {remaining} error(s).\n")
     fixable = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability == SAFE)
     unsafe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability != SAFE)
     if fixable and not fixing:
-        out.write(f"[*] {fixable} fixable with the `--fix` option.\n")
+        out.append(f"[*] {fixable} fixable with the `--fix` option.\n")
     if unsafe:
-        out.write(f"{unsafe} more fix(es) available with `--fix --unsafe-fixes`.\n")
+        out.append(f"{unsafe} more fix(es) available with `--fix --unsafe-fixes`.\n")
+    return "".join(out)
 
 
 def _run_rule(argv: Sequence[str]) -> int:
@@ -213,9 +282,11 @@ def _run_rules(argv: Sequence[str]) -> int:
     if args.format == "json":
         print(json.dumps([_rule_json(rule) for rule in ALL_RULES], indent=2))
         return 0
+    print(f"{'Code':<8}{'Name':<46}{'Fix':<6}Summary")
     for rule in ALL_RULES:
         fix = {"always": "fix", "sometimes": "fix*", "never": ""}[rule.fix_availability]
         print(f"{rule.code}  {rule.name:<45} {fix:<5} {rule.summary}")
+    print(RULES_LEGEND, end="")
     return 0
 
 
@@ -232,7 +303,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "  check    lint files (the default); --fix applies safe fixes\n"
             "  rule     print a rule's documentation\n"
             "  rules    list all rules\n"
-            "  clean    remove the result cache (.fsdp_lint_cache)\n"
+            "  clean    remove the result cache (.fsdp_lint_cache beside the nearest pyproject.toml)\n"
             "  verify   run each rule's runtime scenario under torchrun (needs torch)\n"
             "  server   run the language server on stdio (needs the `server` extra)\n\n"
             "Run `fsdp-lint check --help` for the options of check."
@@ -246,9 +317,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if command == "rules":
             return _run_rules(rest)
         if command == "clean":
-            from fsdp_lint.cache import DEFAULT_DIR, clean
+            from fsdp_lint.cache import cache_dir, clean
 
-            target = rest[0] if rest else DEFAULT_DIR
+            target = rest[0] if rest else cache_dir()
             print(f"removed {target}" if clean(target) else f"no cache at {target}")
             return 0
         if command == "server":
@@ -259,7 +330,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from fsdp_lint.verify.command import run_verify
 
             return run_verify(rest)
-        return _run_check(rest)
+        from fsdp_lint.interrupt import Interrupted, handlers
+
+        try:
+            with handlers():
+                return _run_check(rest)
+        except Interrupted as exc:
+            print("fsdp-lint: interrupted", file=sys.stderr)
+            return exc.exit_code
     except SystemExit as exc:  # argparse: usage errors exit 2
         return int(exc.code or 0)
     except KeyboardInterrupt:

@@ -56,6 +56,16 @@ def version_tuple(text: str):
     return tuple(int(part) for part in re.split(r"[.+]", text)[:3] if part.isdigit())
 
 
+VERSION_RULE = 'must be a version string such as "2.13" or "2.14.1"'
+
+
+def check_version(value) -> str:
+    """A torch version as ``target-torch-version`` takes it; ValueError says what is allowed."""
+    if not isinstance(value, str) or not _VERSION.match(value):
+        raise ValueError(f"{value!r}: {VERSION_RULE}" if isinstance(value, str) else VERSION_RULE)
+    return value
+
+
 def _fail(path: str, key: str, what: str) -> ConfigError:
     return ConfigError(f"{path}: [tool.{TABLE}] {key}: {what}")
 
@@ -95,9 +105,10 @@ def parse_table(path: str, table: dict, root: str) -> Config:
                 raise _fail(path, key, "must be true or false")
             config.unsafe_fixes = value
         elif key == "target-torch-version":
-            if not isinstance(value, str) or not _VERSION.match(value):
-                raise _fail(path, key, 'must be a version string such as "2.13" or "2.14.1"')
-            config.target_torch_version = value
+            try:
+                config.target_torch_version = check_version(value)
+            except ValueError:
+                raise _fail(path, key, VERSION_RULE) from None
     return config
 
 

@@ -1,5 +1,9 @@
 """Finding the files to lint: ``*.py``/``*.pyi`` under the given paths.
 
+A file named on the command line is linted when it is Python: a ``.py``/``.pyi`` suffix,
+or a ``#!`` line that runs python (a script without a suffix, as pre-commit passes
+them); any other file named there is skipped with a notice.
+
 Skips version-control, virtualenv, build and cache folders, what ``.gitignore`` files
 ignore (the common subset of the syntax: globs, ``**``, anchored ``/x``, ``dir/``, ``!``),
 and the user's excludes.  Symlink loops and broken links are skipped with a diagnostic
@@ -111,11 +115,27 @@ def matches_any(path: str, patterns: Sequence[str]) -> bool:
     return False
 
 
+NOT_PYTHON = "not a Python file (.py, .pyi or a python #! script)"
+
+
+def is_python_file(path: str) -> bool:
+    """A ``.py``/``.pyi`` file, or one whose first line is a ``#!`` line naming python."""
+    if path.endswith(SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return True  # unreadable: the read reports it with a diagnostic
+    return first.startswith(b"#!") and b"python" in first
+
+
 @dataclass
 class Discovery:
     files: List[str] = field(default_factory=list)
     skipped: List[Tuple[str, str]] = field(default_factory=list)  # (path, why)
     problems: List[Tuple[str, str]] = field(default_factory=list)  # (path, what is wrong)
+    not_python: List[str] = field(default_factory=list)  # named explicitly, but not Python
 
 
 def discover(
@@ -133,7 +153,11 @@ def discover(
             if force_exclude and matches_any(root, excludes):
                 found.skipped.append((root, "excluded"))
                 continue
-            found.files.append(root)  # named explicitly: linted whatever its suffix
+            if os.path.exists(root) and not is_python_file(root):
+                found.skipped.append((root, NOT_PYTHON))
+                found.not_python.append(root)
+                continue
+            found.files.append(root)  # named explicitly (a broken link gets its diagnostic)
         else:
             found.problems.append((root, "no such file or directory"))
     return found

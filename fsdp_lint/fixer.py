@@ -7,8 +7,9 @@ reach this module, so suppressed lines are never touched.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import List, Sequence, Type
+from typing import List, Sequence, Tuple, Type
 
 from fsdp_lint.diagnostics import SAFE, Diagnostic, Edit
 from fsdp_lint.engine import INTERNAL_ERROR, LintResult, error_diagnostic, lint_text
@@ -20,8 +21,17 @@ MAX_ROUNDS = 10
 @dataclass
 class FixOutcome:
     text: str
-    applied: int = 0
+    applied: int = 0  # fixes applied (one fix can settle several findings on the same code)
     diagnostics: List[Diagnostic] = field(default_factory=list)  # what remains
+    initial: List[Diagnostic] = field(default_factory=list)  # the findings before fixing
+
+    @property
+    def resolved(self) -> int:
+        """Findings the fixes made go away, counted per rule, so that found = resolved +
+        remaining holds whatever the number of fixes it took."""
+        before = Counter(d.code for d in self.initial)
+        after = Counter(d.code for d in self.diagnostics)
+        return sum(max(0, count - after[code]) for code, count in before.items())
 
 
 def applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
@@ -35,8 +45,10 @@ def apply_edits(text: str, edits: Sequence[Edit]) -> str:
     return text
 
 
-def _non_overlapping(diagnostics: Sequence[Diagnostic], unsafe: bool) -> List[Edit]:
+def _non_overlapping(diagnostics: Sequence[Diagnostic], unsafe: bool) -> Tuple[List[Edit], int]:
+    """The edits of the fixes that fit together in one round, and how many fixes they are."""
     chosen: List[Edit] = []
+    fixes = 0
     taken: List[tuple] = []
     for diagnostic in diagnostics:
         if not applicable(diagnostic, unsafe):
@@ -46,7 +58,8 @@ def _non_overlapping(diagnostics: Sequence[Diagnostic], unsafe: bool) -> List[Ed
             continue  # overlaps (or touches) an edit already chosen: next round
         taken.extend(spans)
         chosen.extend(diagnostic.fix.edits)
-    return chosen
+        fixes += 1
+    return chosen, fixes
 
 
 def _parses(text: str) -> bool:
@@ -62,8 +75,9 @@ def _parses(text: str) -> bool:
 def fix_text(text: str, filename: str, rules: Sequence[Type[Rule]], unsafe: bool = False) -> FixOutcome:
     outcome = FixOutcome(text)
     result: LintResult = lint_text(text, filename, rules)
+    outcome.initial = list(result.diagnostics)
     for _ in range(MAX_ROUNDS):
-        edits = _non_overlapping(result.diagnostics, unsafe)
+        edits, fixes = _non_overlapping(result.diagnostics, unsafe)
         if not edits:
             break
         candidate = apply_edits(outcome.text, edits)
@@ -80,7 +94,7 @@ def fix_text(text: str, filename: str, rules: Sequence[Type[Rule]], unsafe: bool
             )
             break
         outcome.text = candidate
-        outcome.applied += len(edits)
+        outcome.applied += fixes
         result = lint_text(candidate, filename, rules)
     outcome.diagnostics = result.diagnostics
     return outcome

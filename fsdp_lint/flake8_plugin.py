@@ -1,18 +1,33 @@
 """flake8 plugin: a thin bridge over the same engine (lint only, no fixes).
 
-flake8 selects, ignores, applies ``# noqa`` and runs ``--jobs`` itself; this class only
-turns the engine's findings into flake8's tuples (0-based column: flake8 adds 1).  A file
-libcst cannot parse yields no FSD finding (flake8 reports the syntax error itself); an
-internal error in a rule is one FSD901 finding naming the rule.
+The rules in force come from the same ``[tool.fsdp-lint]`` configuration as the CLI's (the
+nearest ``pyproject.toml`` with the table above each file): select, extend-select,
+ignore, per-file-ignores, target-torch-version.  flake8's own ``--select``, ``--ignore``,
+``per-file-ignores`` and ``# noqa`` apply on top, and flake8 runs ``--jobs`` itself; this
+class only turns the engine's findings into flake8's tuples (0-based column: flake8 adds
+1).  A file libcst cannot parse yields no FSD finding (flake8 reports the syntax error
+itself); an internal error in a rule is one FSD901 finding naming the rule; an invalid
+configuration is one FSD902 finding that quotes the error.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, List, Tuple
 
 from fsdp_lint import __version__
 
 SKIPPED_CODES = frozenset({"FSD900", "FSD902"})  # flake8 reports syntax/decoding errors itself
+_SETTINGS = None  # one per process: each pyproject.toml is read once, not once per file
+
+
+def _settings():
+    global _SETTINGS
+    if _SETTINGS is None:
+        from fsdp_lint.check import Settings
+
+        _SETTINGS = Settings()
+    return _SETTINGS
 
 
 class Flake8Plugin:
@@ -23,13 +38,24 @@ class Flake8Plugin:
         self.filename = filename
         self.lines = list(lines)
 
-    def run(self) -> Iterator[Tuple[int, int, str, type]]:
-        from fsdp_lint.engine import lint_text
-        from fsdp_lint.rules import ALL_RULES
+    def _path(self) -> str:
+        """The file the configuration is looked up for (standard input: the working directory)."""
+        if self.filename in ("stdin", "-", None):
+            return os.path.join(os.getcwd(), "stdin.py")
+        return self.filename
 
+    def run(self) -> Iterator[Tuple[int, int, str, type]]:
+        from fsdp_lint.config import ConfigError
+        from fsdp_lint.engine import lint_text
+
+        try:
+            rules = _settings().rules_for(self._path())
+        except ConfigError as exc:
+            yield 1, 0, f"FSD902 invalid fsdp-lint configuration: {exc}", type(self)
+            return
         text = "".join(self.lines)
         try:
-            diagnostics = lint_text(text, self.filename, ALL_RULES).diagnostics
+            diagnostics = lint_text(text, self.filename, rules).diagnostics
         except RecursionError:
             return
         for d in diagnostics:

@@ -3,8 +3,9 @@
 The encoding (PEP 263 cookie or UTF-8), a UTF-8 byte-order mark and the newline
 style are detected here and kept: the text the rules see round-trips to the
 exact bytes that were read.  Writes are atomic (temp file in the same folder,
-fsync, rename) and keep the file's mode; a file that changed on disk since it
-was read is never overwritten.
+fsync, rename), go through symbolic links to their target, keep the file's mode,
+owner and group, and never replace a file the user could not write or one that
+changed on disk since it was read.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import stat
 import tempfile
 import tokenize
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
@@ -86,23 +88,67 @@ class FileChangedError(Exception):
     pass
 
 
+class WriteRefused(Exception):
+    """A fixed file that fsdp-lint will not (or cannot) write; the message says why."""
+
+
+def _refusal(path: str, st: os.stat_result) -> Optional[str]:
+    """Why the user could not write ``path`` (None when they could).  Root bypasses file
+    permissions, so a file with no write bit at all counts as read-only for everyone, as
+    editors treat it; anyone else needs write permission on the file as the system
+    grants it.  The folder must take the temporary file of the atomic write."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if not st.st_mode & 0o222:
+        return f"read-only file (mode {stat.S_IMODE(st.st_mode):o}, no write permission bit set)"
+    if not os.access(path, os.W_OK):
+        return "permission denied: you cannot write this file"
+    directory = os.path.dirname(path)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"permission denied: the folder {directory} is not writable (fixes are written atomically through a temporary file beside the file)"
+    return None
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
 def write_atomic(source: SourceFile, new_text: str) -> None:
-    """Write ``new_text`` over ``source.path`` atomically, unless the file changed since it was read."""
+    """Write ``new_text`` over ``source.path`` atomically, unless the file changed since it
+    was read.  A symbolic link is written through: its target gets the new text, the link
+    stays.  The file's mode, owner and group are kept; a file the user could not write is
+    refused (``WriteRefused``), as is one whose owner or group cannot be kept."""
     data = source.encode(new_text)
-    path = source.path
-    directory = os.path.dirname(os.path.abspath(path))
+    path = os.path.realpath(source.path)
     st = os.stat(path)
+    why = _refusal(path, st)
+    if why is not None:
+        raise WriteRefused(why)
+    current = _read(path)
+    if current == data:
+        return  # already fixed (the same file reached through a symbolic link, say)
+    if current != source.raw:
+        raise FileChangedError(f"{source.path} changed on disk while it was being fixed; not written")
+    directory = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=".fsdp-lint-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            mine = os.fstat(handle.fileno())
+            if (mine.st_uid, mine.st_gid) != (st.st_uid, st.st_gid):
+                try:
+                    os.fchown(handle.fileno(), st.st_uid, st.st_gid)
+                except PermissionError:
+                    raise WriteRefused(
+                        f"cannot keep the file's owner and group ({st.st_uid}:{st.st_gid}) in a replacement "
+                        "written by this user"
+                    ) from None
+            os.fchmod(handle.fileno(), stat.S_IMODE(st.st_mode))  # after chown, which clears set-id bits
             os.fsync(handle.fileno())
-        os.chmod(tmp, st.st_mode & 0o7777)
-        with open(path, "rb") as handle:
-            current = handle.read()
-        if current != source.raw:
-            raise FileChangedError(f"{path} changed on disk while it was being fixed; not written")
+        if _read(path) != source.raw:
+            raise FileChangedError(f"{source.path} changed on disk while it was being fixed; not written")
         os.replace(tmp, path)
         tmp = None
     finally:

@@ -128,3 +128,101 @@ def test_fixed_output_always_parses(tmp_path):
 
     for path in FIXTURES.rglob("*.py"):
         libcst.parse_module(fix(path.read_text(), unsafe=True))
+
+
+# --- validation, files that are not Python, counts, rules legend, stdin ------------------
+
+
+def test_command_line_values_are_validated_like_the_config_file(cli, tmp_path):
+    target = tmp_path / "bad.py"
+    shutil.copy(BAD, target)
+    (tmp_path / "pyproject.toml").write_text('[tool.fsdp-lint]\ntarget-torch-version = "banana"\n')
+    from_file = cli("check", target, cwd=tmp_path)
+    (tmp_path / "pyproject.toml").unlink()
+    from_option = cli("check", "--target-torch-version", "banana", target, cwd=tmp_path)
+    assert from_file.returncode == from_option.returncode == 2
+    rule = 'must be a version string such as "2.13" or "2.14.1"'
+    assert rule in from_file.stderr and rule in from_option.stderr
+    assert "--target-torch-version" in from_option.stderr and from_option.stdout == ""
+    for bad in (["-j", "0"], ["-j", "many"], ["--format", "xml"], ["--select", "FSD999"],
+                ["--config", tmp_path / "missing.toml"], ["-o", tmp_path / "no" / "such" / "dir.txt"]):
+        result = cli("check", *bad, target, cwd=tmp_path)
+        assert result.returncode == 2 and "error" in result.stderr and "Traceback" not in result.stderr, (bad, result.stderr)
+
+
+def test_path_that_does_not_exist_is_a_usage_error(cli, tmp_path):
+    result = cli("check", "nope/", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "fsdp-lint: error: no such file or directory: nope/" in result.stderr
+
+
+def test_named_non_python_file_is_skipped_with_a_notice(cli, tmp_path):
+    (tmp_path / "NOTES.md").write_text("# Notes\n\nWe call summon_full_params with CPUOffload.\n")
+    (tmp_path / "launch").write_text("#!/usr/bin/env python3\n" + BAD.read_text())  # a script: linted
+    shutil.copy(BAD, tmp_path / "bad.py")
+    result = cli("check", "--format", "json", "NOTES.md", "launch", "bad.py", cwd=tmp_path)
+    data = json.loads(result.stdout)
+    assert {d["filename"] for d in data} == {"launch", "bad.py"}
+    assert "FSD900" not in {d["code"] for d in data}
+    assert "warning: skipped NOTES.md: not a Python file" in result.stderr
+    only_notes = cli("check", "NOTES.md", cwd=tmp_path)
+    assert only_notes.returncode == 0 and only_notes.stdout == ""
+
+
+def test_a_run_that_finds_no_python_file_says_so(cli, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = cli("check", "empty", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == ""
+    assert "warning: No Python files found under the given path(s)" in result.stderr
+    shutil.copy(BAD, tmp_path / "empty" / "a.py")
+    assert "No Python files" not in cli("check", "empty", cwd=tmp_path).stderr
+
+
+SHARED_FIX = '''"""Log parameter statistics from rank 0 (CPU-offloaded FSDP)."""
+import torch.distributed as dist
+from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel as FSDP
+
+model = FSDP(build_model(), cpu_offload=CPUOffload(offload_params=True))
+with FSDP.summon_full_params(model, rank0_only=True):
+    if dist.get_rank() == 0:
+        print(sum(p.numel() for p in model.parameters()))
+with FSDP.summon_full_params(model):
+    print(model.weight.shape)
+'''
+
+
+def test_counts_agree_between_check_and_fix(cli, tmp_path):
+    """FSD001 and FSD004 on one call share a fix (`writeback=False`): 3 findings, 3 fixable,
+    2 fixes.  The fix run says it found the same 3 and explains the fix count."""
+    target = tmp_path / "stats.py"
+    target.write_text(SHARED_FIX)
+    checked = cli("check", "--no-cache", target)
+    assert "Found 3 error(s)." in checked.stdout and "[*] 3 fixable with the `--fix` option." in checked.stdout
+    fixed = cli("check", "--fix", target)
+    assert fixed.returncode == 0, fixed.stdout
+    assert "Found 3 error(s) (3 fixed, 0 remaining)." in fixed.stdout
+    assert "2 fix(es) resolved 3 findings" in fixed.stdout
+    assert "fixed 3 finding(s)" in fixed.stderr
+    assert target.read_text().count("writeback=False") == 2
+
+
+def test_rules_listing_has_a_legend(cli):
+    result = cli("rules")
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["Code", "Name", "Fix", "Summary"]
+    marks = {line.split()[0]: line.split()[2] for line in lines[1:] if line.startswith("FSD") and len(line.split()) > 2}
+    assert marks["FSD004"] == "fix" and marks["FSD001"] == "fix*"
+    assert any(line.strip().startswith("fix ") and "every finding" in line for line in lines)
+    assert any(line.strip().startswith("fix*") and "some findings" in line for line in lines)
+    assert "--unsafe-fixes" in result.stdout
+
+
+def test_stdin_filename_without_dash_reads_standard_input(cli, tmp_path):
+    """As ruff: `--stdin-filename` with no path reads standard input (it used to lint `.`)."""
+    shutil.copy(GOOD, tmp_path / "on_disk.py")
+    (tmp_path / "other.py").write_text(BAD.read_text())  # would be found if `.` were linted
+    result = cli("check", "--stdin-filename", "pkg/train.py", cwd=tmp_path, input=BAD.read_text())
+    assert result.returncode == 1
+    assert "pkg/train.py:4:6: FSD001" in result.stdout and "other.py" not in result.stdout
+    fixed = cli("check", "--fix", "--stdin-filename", "pkg/train.py", cwd=tmp_path, input=BAD.read_text())
+    assert fixed.stdout == GOOD.read_text()

@@ -57,3 +57,40 @@ def test_unparseable_file_does_not_abort_flake8(tmp_path):
                             capture_output=True, text=True)
     assert "E999" in result.stdout and "FSD012" in result.stdout, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_flake8_reads_the_same_tool_fsdp_lint_table_as_the_cli(cli, tmp_path):
+    """per-file-ignores, target-torch-version, select and ignore from pyproject.toml reach
+    the plugin: flake8 and the CLI report the same findings on the same project."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "train").mkdir()
+    loops = (FIXTURES / "FSD002" / "fires" / "training_loops.py").read_text()
+    (tmp_path / "tests" / "test_loops.py").write_text(loops)
+    (tmp_path / "train" / "loops.py").write_text(loops)
+    (tmp_path / "train" / "offload.py").write_text((FIXTURES / "FSD001" / "fix" / "read_only.py").read_text())
+    (tmp_path / "train" / "grads.py").write_text((FIXTURES / "FSD009" / "fires" / "with_grads.py").read_text())
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.fsdp-lint]\n"
+        'ignore = ["FSD009"]\n'
+        'per-file-ignores = { "tests/*" = ["FSD002"] }\n'
+        'target-torch-version = "2.14.1"\n'
+    )
+    before = _flake8_findings(flake8(tmp_path, cwd=tmp_path))
+    found = _cli_findings(cli, tmp_path)
+    codes = {(Path(f[0]).relative_to(tmp_path).as_posix(), f[3]) for f in found}
+    assert ("train/loops.py", "FSD002") in codes and ("tests/test_loops.py", "FSD104") in codes
+    assert not {c for c in codes if c[0] == "tests/test_loops.py" and c[1] == "FSD002"}
+    assert not {c for c in codes if c[1] in ("FSD001", "FSD009")}  # fixed in 2.14.1; ignored
+    assert before == found
+    (tmp_path / "pyproject.toml").write_text('[tool.fsdp-lint]\nselect = ["FSD104"]\n')
+    only = _flake8_findings(flake8(tmp_path, cwd=tmp_path))
+    assert only and {f[3] for f in only} == {"FSD104"}
+
+
+def test_flake8_reports_an_invalid_configuration(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.fsdp-lint]\ntarget-torch-version = "banana"\n')
+    (tmp_path / "m.py").write_text((FIXTURES / "FSD001" / "fix" / "read_only.py").read_text())
+    result = subprocess.run([sys.executable, "-m", "flake8", "--select", "FSD", "m.py"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert "FSD902 invalid fsdp-lint configuration" in result.stdout and "target-torch-version" in result.stdout
+    assert "Traceback" not in result.stderr

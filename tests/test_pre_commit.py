@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pre_commit")
+pytestmark = pytest.mark.slow  # pre-commit builds the hook's environment
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "fixtures" / "FSD001" / "fix" / "read_only.py"
 GOOD = ROOT / "fixtures" / "FSD001" / "fix" / "read_only.fixed.py"
@@ -29,7 +30,7 @@ def hook_repo(tmp_path_factory):
         if source.is_file() and not name.startswith("tests/data"):
             (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, snapshot / name)
-    for args in (("init", "-q"), ("add", "-A"), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "s")):
+    for args in (("init", "-q", "-b", "main"), ("add", "-A"), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "s")):
         git(*args, cwd=snapshot)
     return snapshot, git("rev-parse", "HEAD", cwd=snapshot)
 
@@ -65,6 +66,32 @@ def test_hook_blocks_then_fix_hook_rewrites_then_passes(hook_repo, user_repo, tm
     assert "files were modified by this hook" in fixing.stdout
     assert (user_repo / "train.py").read_text() == GOOD.read_text()
 
+    git("add", "train.py", cwd=user_repo)
+    passing = pre_commit("run", "--files", "train.py", cwd=user_repo, home=home)
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+
+
+def _readme_snippet() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## pre-commit", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_snippet_works_and_autoupdate_pins_a_commit(hook_repo, user_repo, tmp_path_factory):
+    """The README's configuration, pointed at a copy of this repository (no release tags,
+    like the real one), installs and runs; `pre-commit autoupdate` then pins a commit."""
+    snapshot, rev = hook_repo
+    home = tmp_path_factory.mktemp("pre-commit-home")
+    snippet = _readme_snippet()
+    assert "https://github.com/fsdp-lint/fsdp-lint" in snippet
+    config = user_repo / ".pre-commit-config.yaml"
+    config.write_text(snippet.replace("https://github.com/fsdp-lint/fsdp-lint", str(snapshot)))
+    fixing = pre_commit("run", "--files", "train.py", cwd=user_repo, home=home)
+    assert "files were modified by this hook" in fixing.stdout, fixing.stdout + fixing.stderr
+    assert (user_repo / "train.py").read_text() == GOOD.read_text()
+    updated = pre_commit("autoupdate", cwd=user_repo, home=home)
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert f"rev: {rev}" in config.read_text()
     git("add", "train.py", cwd=user_repo)
     passing = pre_commit("run", "--files", "train.py", cwd=user_repo, home=home)
     assert passing.returncode == 0, passing.stdout + passing.stderr
