@@ -1,14 +1,17 @@
 """Linting one file's text: pre-filter, one libcst parse, one traversal, all rules.
 
-    text -> markers pre-filter -> libcst parse -> facts.index (one traversal)
-         -> each rule's check (queries the shared facts) -> positions (only when a
-         rule reported something) -> suppression -> diagnostics
+    text -> markers pre-filter -> slice (large files: the top-level statements the rules
+         can need, chosen with ``ast``; ``slicing``) -> libcst parse -> facts.index (one
+         traversal) -> each rule's check (queries the shared facts) -> positions (only
+         when a rule reported something; mapped back from the slice) -> suppression
+         -> diagnostics
 
 Fixes are turned into minimal text edits here; applying them is ``fixer``'s job.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -23,6 +26,9 @@ SYNTAX_ERROR = ("FSD900", "syntax-error")
 INTERNAL_ERROR = ("FSD901", "internal-error")
 IO_ERROR = ("FSD902", "io-error")
 REPORT_URL = "https://github.com/fsdp-lint/fsdp-lint/issues"
+# Internal switch for the tests and the benchmark: FSDP_LINT_SLICE=0 parses every file whole,
+# FSDP_LINT_SLICE=all slices files of any size (the default slices large files only).
+_SLICE_MODE = os.environ.get("FSDP_LINT_SLICE", "")
 
 
 @dataclass
@@ -202,12 +208,39 @@ def _location(positions, offset: int) -> Location:
     return Location(position.line, position.column + 1)
 
 
+def _slice_from() -> Optional[int]:
+    """The smallest text sliced (None: never), from the internal switch."""
+    if _SLICE_MODE == "0":
+        return None
+    if _SLICE_MODE == "all":
+        return 0
+    from fsdp_lint.slicing import MIN_CHARS
+
+    return MIN_CHARS
+
+
 def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResult:
+    return lint_text_sliced(text, filename, rules, _slice_from())
+
+
+def lint_text_sliced(
+    text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int]
+) -> LintResult:
+    """``lint_text`` with the slicing threshold given: texts of at least ``slice_from``
+    characters are sliced, None parses every text whole (the tests compare both)."""
     result = LintResult()
     active = wanted_rules(text, rules)
     if not active:
         return result
-    module, error = _parse(text, filename)
+    piece = None
+    if slice_from is not None and len(text) >= slice_from:
+        from fsdp_lint.slicing import MAX_SHARE, slice_text
+
+        piece = slice_text(text, active, slice_from, 1.0 if slice_from == 0 else MAX_SHARE)
+    module, error = _parse(text if piece is None else piece.text, filename)
+    if error is not None and piece is not None:
+        piece = None  # the error and its position come from the whole text, as without slicing
+        module, error = _parse(text, filename)
     if error is not None:
         result.diagnostics.append(error)
         return result
@@ -223,7 +256,7 @@ def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResu
         )
         return result
     starts = line_starts(text)
-    positions = Positions(module, starts)
+    positions = Positions(module, starts, piece)
     reporter = Reporter(positions)
     owners = []
     for rule in active:

@@ -1,0 +1,542 @@
+"""The part of a large file that libcst needs to see: whole top-level statements, chosen
+with the stdlib ``ast`` (C speed), mapped back to the file's own offsets.
+
+Large real files (framework trainers, test suites of thousands of lines) hold their FSDP
+code in a few functions or classes; libcst's parse and the facts walk cost ~5 us a
+character, so parsing only those statements is most of the win.  The slice is a list of
+*whole top-level statements* of the original text, in their original order, each taken
+with its complete lines: every kept statement is byte-for-byte the original, so libcst
+builds the same nodes for it, and an offset in the slice maps to one in the file by a
+per-chunk shift (``Slice.to_original``).
+
+Which statements are kept (a closure, computed once per file; when unsure, keep):
+
+1. seeds: statements whose text holds a first-group marker of any rule (the rule's topic:
+   ``summon_full_params``, ``FullyShardedDataParallel``, ...) or a torch API name the facts
+   recognise, and statements naming an identifier bound to one of those (``FSDP`` from
+   ``... import FullyShardedDataParallel as FSDP``);
+2. forward: names that kept seed statements define at module scope (a helper that wraps a
+   model, a class that builds FSDP) become relevant too, so their callers are kept;
+3. every top-level ``import`` statement, and a statement importing (at any depth) a module
+   no kept statement imports (the facts' import table is flow-insensitive);
+4. backward: every statement that defines at module scope (or imports, at any depth) a
+   name the kept statements use, transitively.  Names used only inside decorators
+   (``@pytest.mark.parametrize("x", CASES)``) do not count: nothing the rules read flows
+   from a decorator's arguments into the function;
+5. counts: for every dotted name the kept statements use or bind, and each way of binding
+   it (assignment, annotation, loop target, parameter, ...) or using it, at least
+   ``min(n, 2)`` of its ``n`` occurrences and of the statements holding them are kept, so
+   whole-module questions ("assigned exactly once?", "used in another function?") get
+   the whole file's answer.
+
+A file that ``ast`` cannot parse, or whose slice would keep most of it, is not sliced.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+# Files shorter than this are parsed whole: the ``ast`` pass would cost more than it saves.
+MIN_CHARS = 16_000
+# A slice keeping more than this share of the lines is not worth the mapping.
+MAX_SHARE = 0.8
+# How many occurrences of each kind (and statements holding them) a relevant name keeps.
+ENOUGH = 2
+
+# Torch API names the facts recognise (see ``facts.torch_api``), as identifiers.
+_API_NAMES = frozenset(
+    {
+        "FullyShardedDataParallel", "fully_shard", "CPUOffload", "CPUOffloadPolicy",
+        "FullStateDictConfig", "StateDictOptions", "get_model_state_dict", "get_state_dict",
+        "clip_grad_norm_", "summon_full_params", "ShardingStrategy", "StateDictType",
+        "state_dict_type", "set_state_dict_type", "MixedPrecision",
+    }
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+_ODD_LINE_ENDS = re.compile("[\f\v\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+@dataclass
+class Slice:
+    """The kept lines as one text, and how its offsets map onto the file's."""
+
+    text: str
+    chunks: List[Tuple[int, int, int]]  # (start in slice, start in file, length), in order
+    kept_units: int = 0
+    units: int = 0
+    _starts: List[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self._starts = [chunk[0] for chunk in self.chunks]
+
+    def to_original(self, offset: int, end: bool = False) -> int:
+        """The file offset of a slice offset.  At a chunk boundary a start belongs to the
+        next chunk and an end to the previous one (an end there closes a line)."""
+        index = (bisect.bisect_left if end else bisect.bisect_right)(self._starts, offset) - 1
+        index = max(index, 0)
+        start, original, _ = self.chunks[index]
+        return original + offset - start
+
+
+@dataclass
+class _Unit:
+    """One top-level statement (statements sharing a line are one unit)."""
+
+    first: int  # 1-based line numbers, inclusive
+    last: int
+    nodes: List[ast.stmt]
+    names: Set[str] = field(default_factory=set)  # identifiers used (decorators left out)
+    attributes: Set[str] = field(default_factory=set)  # identifiers after a dot (``x.summon_full_params``)
+    defines: Set[str] = field(default_factory=set)  # bound at module scope (imports left out)
+    imported: Set[str] = field(default_factory=set)  # bound by an import, at any depth
+    binds_any: Set[str] = field(default_factory=set)  # every dotted name bound or def'd, any depth
+    uses_any: Set[str] = field(default_factory=set)  # every dotted name read (with its prefixes)
+    decorator_names: Set[str] = field(default_factory=set)  # identifiers in decorators
+    modules: Set[str] = field(default_factory=set)  # modules imported, at any depth
+    occurrences: Dict[Tuple[str, str], int] = field(default_factory=dict)  # (dotted, kind) -> count
+    vocabulary_aliases: Set[str] = field(default_factory=set)  # names an import binds to an API name
+    torch_imported: Set[str] = field(default_factory=set)  # names an import from torch binds (``*``: all)
+    top_import: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.last - self.first + 1
+
+
+def _dotted(node: ast.AST) -> Optional[str]:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _prefixes(dotted: str) -> Iterable[str]:
+    index = dotted.find(".")
+    while index != -1:
+        yield dotted[:index]
+        index = dotted.find(".", index + 1)
+    yield dotted
+
+
+MODULE, CLASS_BODY, FUNCTION = 0, 1, 2
+
+
+class _Analyser:
+    """One walk over a unit's ``ast``: names used, module-scope definitions, imports, and
+    the occurrences of dotted names the closure asks about: ``use``; ``global`` (bound
+    outside any function: module level or a class body); ``bind`` (an attribute bound
+    anywhere); ``function`` (a ``def`` that is not a method, at any depth); ``class``."""
+
+    def __init__(self, unit: _Unit, vocabulary: Set[str]) -> None:
+        self.unit = unit
+        self.vocabulary = vocabulary
+
+    def occur(self, dotted: str, kind: str) -> None:
+        if kind == "use":
+            self.unit.uses_any.add(dotted)
+        key = (dotted, kind)
+        occurrences = self.unit.occurrences
+        occurrences[key] = occurrences.get(key, 0) + 1
+
+    def target(self, node: ast.AST, scope: int, stack) -> None:
+        """A binding target: names it binds are recorded; what it reads is walked as usual."""
+        if isinstance(node, (ast.Tuple, ast.List)):
+            for element in node.elts:
+                self.target(element, scope, stack)
+            return
+        if isinstance(node, ast.Starred):
+            self.target(node.value, scope, stack)
+            return
+        dotted = _dotted(node)
+        if dotted is not None:
+            unit = self.unit
+            parts = dotted.split(".")
+            unit.names.update(parts)
+            unit.attributes.update(parts[1:])
+            unit.binds_any.add(dotted)
+            if scope != FUNCTION:
+                self.occur(dotted, "global")
+            if len(parts) > 1:
+                self.occur(dotted, "bind")
+                for prefix in _prefixes(dotted.rsplit(".", 1)[0]):
+                    self.occur(prefix, "use")
+            elif scope == MODULE:
+                unit.defines.add(dotted)
+            return
+        stack.append((node, scope))
+
+    def run(self) -> None:
+        unit = self.unit
+        names = unit.names
+        stack: List[Tuple[ast.AST, int]] = [(node, MODULE) for node in reversed(unit.nodes)]
+        while stack:
+            node, scope = stack.pop()
+            kind = type(node)
+            if kind is ast.Name:
+                names.add(node.id)
+                if type(node.ctx) is ast.Load:
+                    self.occur(node.id, "use")
+                continue
+            if kind is ast.Attribute:
+                dotted = _dotted(node)
+                if dotted is not None:
+                    parts = dotted.split(".")
+                    names.update(parts)
+                    unit.attributes.update(parts[1:])
+                    for prefix in _prefixes(dotted):
+                        self.occur(prefix, "use")
+                    continue
+                names.add(node.attr)
+                unit.attributes.add(node.attr)
+                stack.append((node.value, scope))
+                continue
+            if kind is ast.Constant:
+                continue
+            if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+                names.add(node.name)
+                unit.binds_any.add(node.name)
+                if kind is ast.ClassDef:
+                    self.occur(node.name, "class")
+                elif scope != CLASS_BODY:
+                    self.occur(node.name, "function")
+                if scope == MODULE:
+                    unit.defines.add(node.name)
+                # decorators are left out: see the module docstring (4.)
+                for decorator in node.decorator_list:
+                    unit.decorator_names.update(
+                        n.id if isinstance(n, ast.Name) else n.attr
+                        for n in ast.walk(decorator)
+                        if isinstance(n, (ast.Name, ast.Attribute))
+                    )
+                inner = FUNCTION if kind is not ast.ClassDef or scope == FUNCTION else CLASS_BODY
+                for child in reversed(node.body):
+                    stack.append((child, inner))
+                if kind is ast.ClassDef:
+                    for base in (*node.bases, *node.keywords):
+                        stack.append((base, scope))
+                else:
+                    stack.append((node.args, FUNCTION))
+                    if node.returns is not None:
+                        stack.append((node.returns, scope))
+                continue
+            if kind is ast.arg:
+                names.add(node.arg)
+                if node.annotation is not None:
+                    stack.append((node.annotation, scope))
+                continue
+            if kind is ast.Lambda:
+                stack.append((node.args, FUNCTION))
+                stack.append((node.body, FUNCTION))
+                continue
+            if kind in (ast.Import, ast.ImportFrom):
+                self.on_import(node)
+                continue
+            if kind is ast.Assign:
+                for target in node.targets:
+                    self.target(target, scope, stack)
+                stack.append((node.value, scope))
+                continue
+            if kind in (ast.AnnAssign, ast.AugAssign, ast.NamedExpr):
+                self.target(node.target, scope, stack)
+                if kind is ast.AnnAssign:
+                    stack.append((node.annotation, scope))
+                if node.value is not None:
+                    stack.append((node.value, scope))
+                continue
+            if kind in (ast.For, ast.AsyncFor):
+                self.target(node.target, scope, stack)
+                for child in (node.iter, *node.body, *node.orelse):
+                    stack.append((child, scope))
+                continue
+            if kind is ast.comprehension:
+                self.target(node.target, FUNCTION, stack)
+                stack.append((node.iter, scope))
+                for test in node.ifs:
+                    stack.append((test, scope))
+                continue
+            if kind is ast.withitem:
+                if node.optional_vars is not None:
+                    self.target(node.optional_vars, scope, stack)
+                stack.append((node.context_expr, scope))
+                continue
+            if kind is ast.ExceptHandler:
+                if node.name:
+                    names.add(node.name)
+                    if scope == MODULE:
+                        unit.defines.add(node.name)
+            elif kind in (ast.Global, ast.Nonlocal):
+                for name in node.names:
+                    names.add(name)
+                    self.occur(name, "global")
+                    unit.defines.add(name)  # assigned inside a function, bound in the module
+                continue
+            elif kind is ast.keyword:
+                if node.arg:
+                    names.add(node.arg)
+            elif kind in (ast.MatchAs, ast.MatchStar, ast.MatchMapping):
+                name = node.rest if kind is ast.MatchMapping else node.name
+                if name:
+                    names.add(name)
+                    if scope == MODULE:
+                        unit.defines.add(name)
+            fields = _CHILD_FIELDS.get(kind)
+            if fields is None:
+                fields = _CHILD_FIELDS[kind] = tuple(
+                    name for name in kind._fields if name not in ("ctx", "type_comment", "kind", "type_ignores")
+                )
+            for name in reversed(fields):
+                value = getattr(node, name, None)
+                if isinstance(value, list):
+                    for child in reversed(value):
+                        if isinstance(child, ast.AST):
+                            stack.append((child, scope))
+                elif isinstance(value, ast.AST):
+                    stack.append((value, scope))
+
+    def on_import(self, node) -> None:
+        unit = self.unit
+        if isinstance(node, ast.ImportFrom):
+            base = ("." * node.level) + (node.module or "")
+            unit.modules.add(base)
+            unit.names.update(_IDENTIFIER.findall(base))
+            for alias in node.names:
+                bound = alias.asname or alias.name
+                self._import_binding(bound, f"{base}.{alias.name}" if alias.name != "*" else base)
+        else:
+            for alias in node.names:
+                unit.modules.add(alias.name)
+                unit.names.update(alias.name.split("."))
+                bound = alias.asname or alias.name.split(".", 1)[0]
+                self._import_binding(bound, alias.name)
+
+    def _import_binding(self, bound: str, source: str) -> None:
+        unit = self.unit
+        unit.names.add(bound)
+        unit.imported.add(bound)  # the import table ignores scope
+        if self.vocabulary.intersection(source.split(".")):
+            unit.vocabulary_aliases.add(bound)
+        if source.split(".", 1)[0] == "torch" or bound == "*":
+            unit.torch_imported.add(bound)
+
+
+def _units(tree: ast.Module) -> List[_Unit]:
+    units: List[_Unit] = []
+    for node in tree.body:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
+        last = node.end_lineno or node.lineno
+        if units and first <= units[-1].last:
+            units[-1].last = max(units[-1].last, last)
+            units[-1].nodes.append(node)
+        else:
+            units.append(_Unit(first, last, [node]))
+    return units
+
+
+def vocabulary_for(rules: Sequence[type]) -> Tuple[Set[str], Tuple[str, ...]]:
+    """(identifiers that make a statement a seed, marker strings searched in its text)."""
+    markers = set()
+    for rule in rules:
+        if rule.markers:
+            markers.update(rule.markers[0])
+    identifiers = set(_API_NAMES)
+    for marker in markers:
+        identifiers.update(_IDENTIFIER.findall(marker))
+    return identifiers, tuple(sorted(markers))
+
+
+def _parse(text: str) -> Optional[ast.Module]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+
+
+def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[int]]]:
+    """The units of ``text`` and the indices of those the slice keeps (None: not sliceable)."""
+    tree = _parse(text)
+    if tree is None or not tree.body:
+        return None
+    units = _units(tree)
+    vocabulary, markers = vocabulary_for(rules)
+    lines = text.splitlines(keepends=True)
+    for unit in units:
+        _Analyser(unit, vocabulary).run()
+        unit.top_import = all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in unit.nodes)
+
+    kept: Set[int] = set()
+    # 1-2: seeds, and whatever names they define, transitively
+    relevant = set(vocabulary)
+    for unit in units:
+        relevant |= unit.vocabulary_aliases
+    # an API name the file binds only to something else (``from .utils import get_state_dict``,
+    # ``def get_state_dict(...)``) is not the API where it stands as a plain name
+    bound_elsewhere: Set[str] = set()
+    from_torch: Set[str] = set()
+    for unit in units:
+        bound_elsewhere |= (unit.imported | unit.defines) & vocabulary
+        from_torch |= unit.torch_imported
+    shadowed = set() if "*" in from_torch else bound_elsewhere - from_torch
+    textual = tuple(marker for marker in markers if not _IDENTIFIER.fullmatch(marker))
+    frontier = []
+    for index, unit in enumerate(units):
+        if textual:
+            chunk = "".join(lines[unit.first - 1 : unit.last])
+            if any(marker in chunk for marker in textual):
+                frontier.append(index)
+                continue
+        if not (unit.names | unit.decorator_names).isdisjoint(relevant - shadowed) or not unit.attributes.isdisjoint(
+            vocabulary
+        ):
+            frontier.append(index)
+    while frontier:
+        added = []
+        for index in frontier:
+            if index in kept:
+                continue
+            kept.add(index)
+            unit = units[index]
+            if unit.top_import:
+                new = unit.vocabulary_aliases - relevant
+            else:
+                # what a relevant statement defines at module scope (a helper that wraps,
+                # a model class, a module-level ``model = FSDP(...)``)
+                new = unit.defines - relevant
+            relevant |= new
+            if new:
+                added.extend(
+                    i for i, other in enumerate(units)
+                    if i not in kept and not (other.uses_any | other.binds_any | other.decorator_names).isdisjoint(new)
+                )
+        frontier = added
+    if not kept:
+        return None  # nothing relevant found (markers only in comments between statements): parse it all
+    # 3: top-level imports
+    kept.update(i for i, unit in enumerate(units) if unit.top_import)
+    _close(units, kept)
+    return units, kept
+
+
+def _close(units: List[_Unit], kept: Set[int]) -> None:
+    """Steps 3-5 of the module docstring, until nothing changes."""
+    definers: Dict[str, List[int]] = {}
+    holders: Dict[Tuple[str, str], List[int]] = {}
+    module_holders: Dict[str, List[int]] = {}
+    for index, unit in enumerate(units):
+        for name in unit.defines | unit.imported:
+            definers.setdefault(name, []).append(index)
+        for key in unit.occurrences:
+            holders.setdefault(key, []).append(index)
+        for module in unit.modules:
+            module_holders.setdefault(module, []).append(index)
+    for indices in (*holders.values(), *module_holders.values()):
+        indices.sort(key=lambda i: units[i].size)
+
+    # passive: kept only so that a whole-module count or "is there one?" gets the file's
+    # answer (its code is not followed by anything kept, so its own names need nothing)
+    passive: Set[int] = set()
+    done: Set[int] = set()
+    while True:
+        fresh = [i for i in kept if i not in done]
+        if not fresh:
+            return
+        done.update(fresh)
+        for index in fresh:
+            unit = units[index]
+            if unit.top_import or index in passive:
+                continue  # what an import binds matters where it is used
+            for name in unit.names:
+                kept.update(definers.get(name, ()))
+            for dotted, kind in unit.occurrences:
+                if kind == "use":
+                    # a name read here: its bindings outside functions (module constants,
+                    # class attributes, ``args.x = ...``), the classes of that name, and
+                    # enough of the functions of that name ("exactly one?")
+                    kept.update(holders.get((dotted, "global"), ()))
+                    kept.update(holders.get((dotted, "class"), ()))
+                    functions = holders.get((dotted, "function"), ())
+                    _keep_enough(units, kept, functions, (dotted, "function"), passive if len(functions) > 1 else None)
+                elif kind == "bind":
+                    # an attribute bound here (``self.optimizer = ...``): enough of its uses
+                    # elsewhere ("used in another method?")
+                    _keep_enough(units, kept, holders.get((dotted, "use"), ()), (dotted, "use"), passive)
+        covered = set().union(*(units[i].modules for i in kept))
+        for module, indices in module_holders.items():
+            if module not in covered:
+                if indices[0] not in kept:
+                    passive.add(indices[0])
+                kept.add(indices[0])
+                covered |= units[indices[0]].modules
+
+
+def _keep_enough(units: List[_Unit], kept: Set[int], holders: Sequence[int], key, passive=None) -> None:
+    """At least min(n, ENOUGH) of the statements holding ``key`` and of its occurrences."""
+    if not holders:
+        return
+    want_units = min(len(holders), ENOUGH)
+    want_count = min(sum(units[i].occurrences[key] for i in holders), ENOUGH)
+    have_units = have_count = 0
+    for index in holders:
+        if index in kept:
+            have_units += 1
+            have_count += units[index].occurrences[key]
+    for index in holders:  # smallest first
+        if have_units >= want_units and have_count >= want_count:
+            return
+        if index not in kept:
+            kept.add(index)
+            if passive is not None:
+                passive.add(index)
+            have_units += 1
+            have_count += units[index].occurrences[key]
+
+
+def slice_text(
+    text: str, rules: Sequence[type], min_chars: int = MIN_CHARS, max_share: float = MAX_SHARE
+) -> Optional[Slice]:
+    """The slice of ``text`` for ``rules``, or None to lint the whole text."""
+    if len(text) < min_chars:
+        return None
+    if _ODD_LINE_ENDS.search(text) or text.count("\r") != text.count("\r\n"):
+        return None  # str.splitlines, ast and libcst may disagree on what ends a line
+    chosen = choose(text, rules)
+    if chosen is None:
+        return None
+    units, kept = chosen
+    lines = text.splitlines(keepends=True)
+    kept_lines = sum(units[i].size for i in kept)
+    if kept_lines > max_share * len(lines) or len(kept) == len(units):
+        return None
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    pieces: List[str] = []
+    chunks: List[Tuple[int, int, int]] = []
+    position = 0
+    for index in sorted(kept):
+        unit = units[index]
+        begin, end = starts[unit.first - 1], starts[unit.last]
+        piece = text[begin:end]
+        if not piece.endswith(("\n", "\r")):
+            piece += "\n"  # the file's last line, without a newline: the slice goes on
+        if chunks and chunks[-1][1] + chunks[-1][2] == begin and chunks[-1][0] + chunks[-1][2] == position:
+            start, original, length = chunks[-1]
+            chunks[-1] = (start, original, length + end - begin)
+        else:
+            chunks.append((position, begin, end - begin))
+        pieces.append(piece)
+        position += len(piece)
+    if not chunks:
+        chunks.append((0, 0, 0))
+    return Slice("".join(pieces), chunks, len(kept), len(units))
