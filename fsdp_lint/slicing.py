@@ -59,6 +59,7 @@ _API_NAMES = frozenset(
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _ODD_LINE_ENDS = re.compile("[\f\v\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
@@ -103,6 +104,11 @@ class _Unit:
     vocabulary_aliases: Set[str] = field(default_factory=set)  # names an import binds to an API name
     torch_imported: Set[str] = field(default_factory=set)  # names an import from torch binds (``*``: all)
     top_import: bool = False
+    parent: Optional[int] = None  # a class member: the index of its class's header unit
+    header: Optional[ast.ClassDef] = None  # a class header (``class X(Base):``): its class
+    members: List[int] = field(default_factory=list)  # a class header: its members' units
+    methods: Set[str] = field(default_factory=set)  # a class member: the methods it defines
+    assignments: List[Tuple[Tuple[str, ...], int, int]] = field(default_factory=list)  # targets, lines
 
     @property
     def size(self) -> int:
@@ -178,7 +184,22 @@ class _Analyser:
     def run(self) -> None:
         unit = self.unit
         names = unit.names
-        stack: List[Tuple[ast.AST, int]] = [(node, MODULE) for node in reversed(unit.nodes)]
+        if unit.header is not None:
+            node = unit.header
+            names.add(node.name)
+            unit.binds_any.add(node.name)
+            unit.defines.add(node.name)
+            self.occur(node.name, "class")
+            for decorator in node.decorator_list:
+                unit.decorator_names.update(
+                    n.id if isinstance(n, ast.Name) else n.attr
+                    for n in ast.walk(decorator)
+                    if isinstance(n, (ast.Name, ast.Attribute))
+                )
+            stack: List[Tuple[ast.AST, int]] = [(base, MODULE) for base in (*node.bases, *node.keywords)]
+        else:
+            start = MODULE if unit.parent is None else CLASS_BODY
+            stack = [(node, start) for node in reversed(unit.nodes)]
         while stack:
             node, scope = stack.pop()
             kind = type(node)
@@ -209,6 +230,8 @@ class _Analyser:
                     self.occur(node.name, "class")
                 elif scope != CLASS_BODY:
                     self.occur(node.name, "function")
+                else:
+                    unit.methods.add(node.name)
                 if scope == MODULE:
                     unit.defines.add(node.name)
                 # decorators are left out: see the module docstring (4.)
@@ -244,10 +267,12 @@ class _Analyser:
             if kind is ast.Assign:
                 for target in node.targets:
                     self.target(target, scope, stack)
+                self.assignment(node.targets, node)
                 stack.append((node.value, scope))
                 continue
             if kind in (ast.AnnAssign, ast.AugAssign, ast.NamedExpr):
                 self.target(node.target, scope, stack)
+                self.assignment((node.target,), node)
                 if kind is ast.AnnAssign:
                     stack.append((node.annotation, scope))
                 if node.value is not None:
@@ -303,6 +328,24 @@ class _Analyser:
                 elif isinstance(value, ast.AST):
                     stack.append((value, scope))
 
+    def assignment(self, targets, node) -> None:
+        """Remember where ``targets = value`` stands (the forward step reads its lines)."""
+        found = []
+        for target in targets:
+            stack = [target]
+            while stack:
+                item = stack.pop()
+                if isinstance(item, (ast.Tuple, ast.List)):
+                    stack.extend(item.elts)
+                elif isinstance(item, ast.Starred):
+                    stack.append(item.value)
+                else:
+                    dotted = _dotted(item)
+                    if dotted is not None:
+                        found.append(dotted)
+        if found:
+            self.unit.assignments.append((tuple(found), node.lineno, node.end_lineno or node.lineno))
+
     def on_import(self, node) -> None:
         unit = self.unit
         if isinstance(node, ast.ImportFrom):
@@ -329,16 +372,44 @@ class _Analyser:
             unit.torch_imported.add(bound)
 
 
-def _units(tree: ast.Module) -> List[_Unit]:
-    units: List[_Unit] = []
-    for node in tree.body:
+def _statements(nodes, units: List[_Unit], parent: Optional[int] = None) -> List[int]:
+    """Append a unit per statement (statements sharing a line are one); their indices."""
+    indices: List[int] = []
+    for node in nodes:
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
         last = node.end_lineno or node.lineno
-        if units and first <= units[-1].last:
-            units[-1].last = max(units[-1].last, last)
-            units[-1].nodes.append(node)
+        if indices and first <= units[indices[-1]].last:
+            unit = units[indices[-1]]
+            unit.last = max(unit.last, last)
+            unit.nodes.append(node)
         else:
-            units.append(_Unit(first, last, [node]))
+            units.append(_Unit(first, last, [node], parent=parent))
+            indices.append(len(units) - 1)
+    return indices
+
+
+def _units(tree: ast.Module) -> List[_Unit]:
+    """Top-level statements; a class whose body starts on a line of its own is a header
+    unit (decorators, ``class X(Base):``) and a unit per member."""
+    units: List[_Unit] = []
+    top: List[_Unit] = []
+    _statements(tree.body, top)
+    for unit in top:
+        node = unit.nodes[0]
+        body_first = None
+        if len(unit.nodes) == 1 and isinstance(node, ast.ClassDef) and node.body:
+            first_member = node.body[0]
+            body_first = min([first_member.lineno] + [d.lineno for d in getattr(first_member, "decorator_list", ())])
+            header_last = max([node.lineno] + [getattr(b, "end_lineno", 0) or 0 for b in (*node.bases, *node.keywords)])
+            if body_first <= header_last:
+                body_first = None  # ``class A: x = 1``: one unit
+        if body_first is None:
+            units.append(unit)
+            continue
+        header = _Unit(unit.first, body_first - 1, [], header=node)
+        units.append(header)
+        header_index = len(units) - 1
+        header.members = _statements(node.body, units, header_index)
     return units
 
 
@@ -400,6 +471,7 @@ def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[
             vocabulary
         ):
             frontier.append(index)
+    chains: Set[str] = set()  # dotted names bound from something relevant (``self.model = FSDP(...)``)
     while frontier:
         added = []
         for index in frontier:
@@ -409,15 +481,29 @@ def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[
             unit = units[index]
             if unit.top_import:
                 new = unit.vocabulary_aliases - relevant
+                new_chains: Set[str] = set()
             else:
                 # what a relevant statement defines at module scope (a helper that wraps,
-                # a model class, a module-level ``model = FSDP(...)``)
-                new = unit.defines - relevant
+                # a model class, a module-level ``model = FSDP(...)``), the methods it
+                # defines (``register_forward_hook(self._log)``), and the attributes it
+                # binds from something relevant (the facts know ``self.model`` as FSDP
+                # by name, in every method)
+                new = (unit.defines | unit.methods) - relevant
+                new_chains = set()
+                for targets, first, last in unit.assignments:
+                    dotted = [t for t in targets if "." in t and t not in chains]
+                    if dotted and not relevant.isdisjoint(_IDENTIFIER.findall("".join(lines[first - 1 : last]))):
+                        new_chains.update(dotted)
             relevant |= new
-            if new:
+            chains |= new_chains
+            if new or new_chains:
                 added.extend(
                     i for i, other in enumerate(units)
-                    if i not in kept and not (other.uses_any | other.binds_any | other.decorator_names).isdisjoint(new)
+                    if i not in kept
+                    and (
+                        not (other.names | other.decorator_names).isdisjoint(new)
+                        or not (other.uses_any | other.binds_any).isdisjoint(new_chains)
+                    )
                 )
         frontier = added
     if not kept:
@@ -443,6 +529,17 @@ def _close(units: List[_Unit], kept: Set[int]) -> None:
     for indices in (*holders.values(), *module_holders.values()):
         indices.sort(key=lambda i: units[i].size)
 
+    # class members by what they bind (``self.x = ...``) and define (methods)
+    in_class: Dict[Tuple[int, str], List[int]] = {}
+    for index, unit in enumerate(units):
+        if unit.parent is None:
+            continue
+        for dotted, kind in unit.occurrences:
+            if kind == "bind" and dotted.count(".") == 1 and dotted.split(".", 1)[0] in ("self", "cls"):
+                in_class.setdefault((unit.parent, dotted.split(".", 1)[1]), []).append(index)
+        for method in unit.methods:
+            in_class.setdefault((unit.parent, method), []).append(index)
+
     # passive: kept only so that a whole-module count or "is there one?" gets the file's
     # answer (its code is not followed by anything kept, so its own names need nothing)
     passive: Set[int] = set()
@@ -450,10 +547,19 @@ def _close(units: List[_Unit], kept: Set[int]) -> None:
     while True:
         fresh = [i for i in kept if i not in done]
         if not fresh:
-            return
+            break
         done.update(fresh)
         for index in fresh:
             unit = units[index]
+            if unit.parent is not None:
+                kept.add(unit.parent)  # a member needs its class statement
+                passive.discard(unit.parent)
+            if unit.header is not None:
+                # the class body's own statements (class attributes: bindings outside any
+                # function) come with the class statement
+                for member in unit.members:
+                    if not all(isinstance(n, _DEFINITIONS) for n in units[member].nodes):
+                        kept.add(member)
             if unit.top_import or index in passive:
                 continue  # what an import binds matters where it is used
             for name in unit.names:
@@ -467,6 +573,10 @@ def _close(units: List[_Unit], kept: Set[int]) -> None:
                     kept.update(holders.get((dotted, "class"), ()))
                     functions = holders.get((dotted, "function"), ())
                     _keep_enough(units, kept, functions, (dotted, "function"), passive if len(functions) > 1 else None)
+                    if unit.parent is not None and dotted.startswith(("self.", "cls.")):
+                        # ``self.x`` in a method: every method of the class that binds
+                        # ``self.x``, and the method ``x`` itself
+                        kept.update(in_class.get((unit.parent, dotted.split(".")[1]), ()))
                 elif kind == "bind":
                     # an attribute bound here (``self.optimizer = ...``): enough of its uses
                     # elsewhere ("used in another method?")
@@ -478,6 +588,9 @@ def _close(units: List[_Unit], kept: Set[int]) -> None:
                     passive.add(indices[0])
                 kept.add(indices[0])
                 covered |= units[indices[0]].modules
+    for index, unit in enumerate(units):
+        if unit.header is not None and index in kept and not any(m in kept for m in unit.members):
+            kept.add(unit.members[0])  # a class statement needs a body
 
 
 def _keep_enough(units: List[_Unit], kept: Set[int], holders: Sequence[int], key, passive=None) -> None:
