@@ -37,6 +37,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+import unicodedata
 import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -58,6 +59,7 @@ _API_NAMES = frozenset(
     }
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_WORD = re.compile(r"[^\W\d]\w*")
 _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _ODD_LINE_ENDS = re.compile("[\f\v\x1c\x1d\x1e\x85\u2028\u2029]")
@@ -109,6 +111,9 @@ class _Unit:
     members: List[int] = field(default_factory=list)  # a class header: its members' units
     methods: Set[str] = field(default_factory=set)  # a class member: the methods it defines
     assignments: List[Tuple[Tuple[str, ...], int, int]] = field(default_factory=list)  # targets, lines
+    functions: List[Tuple[str, int, int]] = field(default_factory=list)  # every def: name, lines
+    returns: List[Tuple[int, int]] = field(default_factory=list)  # ``return <value>``: lines
+    referenced: Set[str] = field(default_factory=set)  # read other than as the callee of a call
 
     @property
     def size(self) -> int:
@@ -207,6 +212,7 @@ class _Analyser:
                 names.add(node.id)
                 if type(node.ctx) is ast.Load:
                     self.occur(node.id, "use")
+                    unit.referenced.add(node.id)
                 continue
             if kind is ast.Attribute:
                 dotted = _dotted(node)
@@ -214,18 +220,41 @@ class _Analyser:
                     parts = dotted.split(".")
                     names.update(parts)
                     unit.attributes.update(parts[1:])
+                    unit.referenced.add(parts[-1])
                     for prefix in _prefixes(dotted):
                         self.occur(prefix, "use")
                     continue
                 names.add(node.attr)
                 unit.attributes.add(node.attr)
+                unit.referenced.add(node.attr)
                 stack.append((node.value, scope))
+                continue
+            if kind is ast.Call:
+                func = node.func
+                dotted = _dotted(func)
+                if dotted is not None:  # the callee: a use, but not a reference to pass on
+                    parts = dotted.split(".")
+                    names.update(parts)
+                    unit.attributes.update(parts[1:])
+                    for prefix in _prefixes(dotted):
+                        self.occur(prefix, "use")
+                else:
+                    stack.append((func, scope))
+                for child in reversed((*node.args, *node.keywords)):
+                    stack.append((child, scope))
+                continue
+            if kind is ast.Return:
+                if node.value is not None:
+                    unit.returns.append((node.lineno, node.end_lineno or node.lineno))
+                    stack.append((node.value, scope))
                 continue
             if kind is ast.Constant:
                 continue
             if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
                 names.add(node.name)
                 unit.binds_any.add(node.name)
+                if kind is not ast.ClassDef:
+                    unit.functions.append((node.name, node.lineno, node.end_lineno or node.lineno))
                 if kind is ast.ClassDef:
                     self.occur(node.name, "class")
                 elif scope != CLASS_BODY:
@@ -434,6 +463,69 @@ def _parse(text: str) -> Optional[ast.Module]:
         return None
 
 
+class _Index:
+    """The units of a file, analysed on demand: a unit's ``ast`` is walked only when the
+    closure asks about it.  Which units to ask is narrowed by the identifiers of each
+    unit's text (a superset of those of its ``ast``: strings and comments count too)."""
+
+    def __init__(self, units: List[_Unit], lines: List[str], vocabulary: Set[str]) -> None:
+        self.units = units
+        self.lines = lines
+        self.vocabulary = vocabulary
+        self.analysed: Set[int] = set()
+        self.by_word: Dict[str, List[int]] = {}
+        self.texts: List[str] = []
+        for index, unit in enumerate(units):
+            chunk = "".join(lines[unit.first - 1 : unit.last])
+            self.texts.append(chunk)
+            words = set(_WORD.findall(chunk))
+            if not chunk.isascii():  # the parser normalises identifiers (NFKC)
+                words |= {unicodedata.normalize("NFKC", w) for w in words if not w.isascii()}
+            for word in words:
+                self.by_word.setdefault(word, []).append(index)
+
+    def unit(self, index: int) -> _Unit:
+        if index not in self.analysed:
+            self.analysed.add(index)
+            unit = self.units[index]
+            _Analyser(unit, self.vocabulary).run()
+            unit.top_import = bool(unit.nodes) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in unit.nodes)
+        return self.units[index]
+
+    def mentioning(self, words: Iterable[str]) -> Set[int]:
+        found: Set[int] = set()
+        for word in words:
+            found.update(self.by_word.get(word, ()))
+        return found
+
+    def holders(self, key: Tuple[str, str]) -> List[int]:
+        """Units holding an occurrence ``key``, smallest first."""
+        last = key[0].rsplit(".", 1)[-1]
+        found = [i for i in self.by_word.get(last, ()) if key in self.unit(i).occurrences]
+        found.sort(key=lambda i: self.units[i].size)
+        return found
+
+    def definers(self, name: str) -> List[int]:
+        return [
+            i for i in self.by_word.get(name, ())
+            if name in self.unit(i).defines or name in self.units[i].imported
+        ]
+
+    def in_class(self, parent: int, attribute: str) -> List[int]:
+        """Members of a class that bind ``self.<attribute>`` or define the method."""
+        found = []
+        for i in self.by_word.get(attribute, ()):
+            unit = self.units[i]
+            if unit.parent != parent:
+                continue
+            unit = self.unit(i)
+            if attribute in unit.methods or (f"self.{attribute}", "bind") in unit.occurrences or (
+                f"cls.{attribute}", "bind"
+            ) in unit.occurrences:
+                found.append(i)
+        return found
+
+
 def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[int]]]:
     """The units of ``text`` and the indices of those the slice keeps (None: not sliceable)."""
     tree = _parse(text)
@@ -442,103 +534,115 @@ def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[
     units = _units(tree)
     vocabulary, markers = vocabulary_for(rules)
     lines = text.splitlines(keepends=True)
-    for unit in units:
-        _Analyser(unit, vocabulary).run()
-        unit.top_import = all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in unit.nodes)
+    index = _Index(units, lines, vocabulary)
+    importing = sorted(index.mentioning(("import",)))
+    for i in importing:
+        index.unit(i)
 
     kept: Set[int] = set()
     # 1-2: seeds, and whatever names they define, transitively
     relevant = set(vocabulary)
-    for unit in units:
-        relevant |= unit.vocabulary_aliases
+    for i in importing:
+        relevant |= units[i].vocabulary_aliases
     # an API name the file binds only to something else (``from .utils import get_state_dict``,
     # ``def get_state_dict(...)``) is not the API where it stands as a plain name
     bound_elsewhere: Set[str] = set()
     from_torch: Set[str] = set()
-    for unit in units:
+    for i in index.mentioning(vocabulary) | set(importing):
+        unit = index.unit(i)
         bound_elsewhere |= (unit.imported | unit.defines) & vocabulary
         from_torch |= unit.torch_imported
     shadowed = set() if "*" in from_torch else bound_elsewhere - from_torch
     textual = tuple(marker for marker in markers if not _IDENTIFIER.fullmatch(marker))
     frontier = []
-    for index, unit in enumerate(units):
-        if textual:
-            chunk = "".join(lines[unit.first - 1 : unit.last])
-            if any(marker in chunk for marker in textual):
-                frontier.append(index)
-                continue
+    for i, unit in enumerate(units):
+        if textual and any(marker in index.texts[i] for marker in textual):
+            frontier.append(i)
+    for i in sorted(index.mentioning(relevant)):
+        unit = index.unit(i)
         if not (unit.names | unit.decorator_names).isdisjoint(relevant - shadowed) or not unit.attributes.isdisjoint(
             vocabulary
         ):
-            frontier.append(index)
+            frontier.append(i)
     chains: Set[str] = set()  # dotted names bound from something relevant (``self.model = FSDP(...)``)
     while frontier:
         added = []
-        for index in frontier:
-            if index in kept:
+        for i in frontier:
+            if i in kept:
                 continue
-            kept.add(index)
-            unit = units[index]
+            kept.add(i)
+            unit = index.unit(i)
             if unit.top_import:
-                new = unit.vocabulary_aliases - relevant
-                new_chains: Set[str] = set()
+                new, referenced, new_chains = unit.vocabulary_aliases - relevant, set(), set()
             else:
-                # what a relevant statement defines at module scope (a helper that wraps,
-                # a model class, a module-level ``model = FSDP(...)``), the methods it
-                # defines (``register_forward_hook(self._log)``), and the attributes it
-                # binds from something relevant (the facts know ``self.model`` as FSDP
-                # by name, in every method)
-                new = (unit.defines | unit.methods) - relevant
-                new_chains = set()
-                for targets, first, last in unit.assignments:
-                    dotted = [t for t in targets if "." in t and t not in chains]
-                    if dotted and not relevant.isdisjoint(_IDENTIFIER.findall("".join(lines[first - 1 : last]))):
-                        new_chains.update(dotted)
-            relevant |= new
+                new, referenced, new_chains = _passed_on(unit, relevant, chains, lines)
+                new -= relevant
+                referenced -= relevant
+                new_chains -= chains
+            relevant |= new | referenced
             chains |= new_chains
-            if new or new_chains:
-                added.extend(
-                    i for i, other in enumerate(units)
-                    if i not in kept
-                    and (
-                        not (other.names | other.decorator_names).isdisjoint(new)
-                        or not (other.uses_any | other.binds_any).isdisjoint(new_chains)
-                    )
-                )
+            heads = new | referenced | {c.rsplit(".", 1)[-1] for c in new_chains}
+            for j in sorted(index.mentioning(heads)):
+                if j in kept:
+                    continue
+                other = index.unit(j)
+                if (
+                    not (other.names | other.decorator_names).isdisjoint(new)
+                    or not (other.referenced | other.decorator_names).isdisjoint(referenced)
+                    or not (other.uses_any | other.binds_any).isdisjoint(new_chains)
+                ):
+                    added.append(j)
         frontier = added
     if not kept:
         return None  # nothing relevant found (markers only in comments between statements): parse it all
     # 3: top-level imports
-    kept.update(i for i, unit in enumerate(units) if unit.top_import)
-    _close(units, kept)
+    kept.update(i for i in importing if units[i].top_import and units[i].parent is None)
+    _close(index, kept, importing)
     return units, kept
 
 
-def _close(units: List[_Unit], kept: Set[int]) -> None:
-    """Steps 3-5 of the module docstring, until nothing changes."""
-    definers: Dict[str, List[int]] = {}
-    holders: Dict[Tuple[str, str], List[int]] = {}
-    module_holders: Dict[str, List[int]] = {}
-    for index, unit in enumerate(units):
-        for name in unit.defines | unit.imported:
-            definers.setdefault(name, []).append(index)
-        for key in unit.occurrences:
-            holders.setdefault(key, []).append(index)
-        for module in unit.modules:
-            module_holders.setdefault(module, []).append(index)
-    for indices in (*holders.values(), *module_holders.values()):
-        indices.sort(key=lambda i: units[i].size)
+def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[str]):
+    """What a relevant statement makes relevant elsewhere: (identifiers, function names
+    that count only where they are referenced rather than called, dotted names).
 
-    # class members by what they bind (``self.x = ...``) and define (methods)
-    in_class: Dict[Tuple[int, str], List[int]] = {}
-    for index, unit in enumerate(units):
-        if unit.parent is None:
-            continue
-        for dotted, kind in unit.occurrences:
-            if kind == "bind" and dotted.count(".") == 1 and dotted.split(".", 1)[0] in ("self", "cls"):
-                in_class.setdefault((unit.parent, dotted.split(".", 1)[1]), []).append(index)
-        for method in unit.methods:
-            in_class.setdefault((unit.parent, method), []).append(index)
+    - what it defines at module scope (a helper, a model class, ``model = FSDP(...)``);
+    - the functions and methods it defines whose ``return`` mentions something relevant
+      (their callers get an FSDP model: ``model = self._wrap(net)``), and all of them as
+      references (``register_forward_hook(self._log)``: the facts know hooks by name);
+    - the attributes and names it binds from something relevant (``self.model = FSDP(m)``:
+      the facts know the names that hold an FSDP module, in every function).
+    """
+    def words(first: int, last: int) -> Set[str]:
+        return set(_IDENTIFIER.findall("".join(lines[first - 1 : last])))
+
+    tainted = set(relevant) | chains
+    bound: Set[str] = set()
+    for _ in range(2):  # ``wrapped = FSDP(m)``, then ``self.model = wrapped``
+        for targets, first, last in unit.assignments:
+            if not tainted.isdisjoint(words(first, last)) or any(t in tainted for t in targets):
+                bound.update(targets)
+                tainted.update(t for t in targets if "." not in t)
+    identifiers = set(unit.defines) - {name for name, _, _ in unit.functions}
+    functions = {name for name, _, _ in unit.functions}
+    returning = set()
+    for name, first, last in unit.functions:
+        for r_first, r_last in unit.returns:
+            if first <= r_first and r_last <= last and not tainted.isdisjoint(words(r_first, r_last)):
+                returning.add(name)
+                break
+    dotted = {t for t in bound if "." in t}
+    return identifiers | returning | (bound & unit.defines), functions - returning, dotted
+
+
+def _close(index: _Index, kept: Set[int], importing: List[int]) -> None:
+    """Steps 3-5 of the module docstring, until nothing changes."""
+    units = index.units
+    module_holders: Dict[str, List[int]] = {}
+    for i in importing:
+        for module in units[i].modules:
+            module_holders.setdefault(module, []).append(i)
+    for indices in module_holders.values():
+        indices.sort(key=lambda i: units[i].size)
 
     # passive: kept only so that a whole-module count or "is there one?" gets the file's
     # answer (its code is not followed by anything kept, so its own names need nothing)
@@ -549,8 +653,8 @@ def _close(units: List[_Unit], kept: Set[int]) -> None:
         if not fresh:
             break
         done.update(fresh)
-        for index in fresh:
-            unit = units[index]
+        for i in fresh:
+            unit = index.unit(i)
             if unit.parent is not None:
                 kept.add(unit.parent)  # a member needs its class statement
                 passive.discard(unit.parent)
@@ -560,36 +664,36 @@ def _close(units: List[_Unit], kept: Set[int]) -> None:
                 for member in unit.members:
                     if not all(isinstance(n, _DEFINITIONS) for n in units[member].nodes):
                         kept.add(member)
-            if unit.top_import or index in passive:
+            if unit.top_import or i in passive:
                 continue  # what an import binds matters where it is used
             for name in unit.names:
-                kept.update(definers.get(name, ()))
-            for dotted, kind in unit.occurrences:
+                kept.update(index.definers(name))
+            for dotted, kind in list(unit.occurrences):
                 if kind == "use":
                     # a name read here: its bindings outside functions (module constants,
                     # class attributes, ``args.x = ...``), the classes of that name, and
                     # enough of the functions of that name ("exactly one?")
-                    kept.update(holders.get((dotted, "global"), ()))
-                    kept.update(holders.get((dotted, "class"), ()))
-                    functions = holders.get((dotted, "function"), ())
+                    kept.update(index.holders((dotted, "global")))
+                    kept.update(index.holders((dotted, "class")))
+                    functions = index.holders((dotted, "function"))
                     _keep_enough(units, kept, functions, (dotted, "function"), passive if len(functions) > 1 else None)
                     if unit.parent is not None and dotted.startswith(("self.", "cls.")):
                         # ``self.x`` in a method: every method of the class that binds
                         # ``self.x``, and the method ``x`` itself
-                        kept.update(in_class.get((unit.parent, dotted.split(".")[1]), ()))
+                        kept.update(index.in_class(unit.parent, dotted.split(".")[1]))
                 elif kind == "bind":
                     # an attribute bound here (``self.optimizer = ...``): enough of its uses
                     # elsewhere ("used in another method?")
-                    _keep_enough(units, kept, holders.get((dotted, "use"), ()), (dotted, "use"), passive)
-        covered = set().union(*(units[i].modules for i in kept))
+                    _keep_enough(units, kept, index.holders((dotted, "use")), (dotted, "use"), passive)
+        covered = set().union(*(units[i].modules for i in kept if i in index.analysed))
         for module, indices in module_holders.items():
             if module not in covered:
                 if indices[0] not in kept:
                     passive.add(indices[0])
                 kept.add(indices[0])
                 covered |= units[indices[0]].modules
-    for index, unit in enumerate(units):
-        if unit.header is not None and index in kept and not any(m in kept for m in unit.members):
+    for i, unit in enumerate(units):
+        if unit.header is not None and i in kept and not any(m in kept for m in unit.members):
             kept.add(unit.members[0])  # a class statement needs a body
 
 
