@@ -484,6 +484,41 @@ class _Index:
             for word in words:
                 self.by_word.setdefault(word, []).append(index)
 
+        # what each unit binds outside functions, read from its statements alone (no walk
+        # of expressions); units with ``:=`` or ``global`` are analysed instead
+        self.shallow_defines: Dict[str, List[int]] = {}
+        self.shallow_globals: Dict[str, List[int]] = {}
+        self.walked: List[int] = []
+        self.function_units: Dict[str, List[int]] = {}  # functions (not methods) by name, any depth
+        self.class_units: Dict[str, List[int]] = {}
+        for index, unit in enumerate(units):
+            text = self.texts[index]
+            walked = ":=" in text or "global" in text or "nonlocal" in text
+            if walked:
+                self.walked.append(index)
+            defines: Set[str] = set()
+            bound: Set[str] = set()
+            if unit.header is not None:
+                defines.add(unit.header.name)
+            else:
+                _shallow(unit.nodes, unit.parent is None, defines, bound)
+            functions: Set[str] = set()
+            classes: Set[str] = set()
+            if unit.header is not None:
+                classes.add(unit.header.name)
+            else:
+                _definitions(unit.nodes, unit.parent is not None, functions, classes)
+            for name in functions:
+                self.function_units.setdefault(name, []).append(index)
+            for name in classes:
+                self.class_units.setdefault(name, []).append(index)
+            if walked:
+                continue
+            for name in defines:
+                self.shallow_defines.setdefault(name, []).append(index)
+            for name in bound:
+                self.shallow_globals.setdefault(name, []).append(index)
+
     def unit(self, index: int) -> _Unit:
         if index not in self.analysed:
             self.analysed.add(index)
@@ -500,16 +535,28 @@ class _Index:
 
     def holders(self, key: Tuple[str, str]) -> List[int]:
         """Units holding an occurrence ``key``, smallest first."""
-        last = key[0].rsplit(".", 1)[-1]
-        found = [i for i in self.by_word.get(last, ()) if key in self.unit(i).occurrences]
-        found.sort(key=lambda i: self.units[i].size)
+        dotted, kind = key
+        if kind == "global":
+            candidates = set(self.shallow_globals.get(dotted, ())) | set(self.walked)
+        else:
+            if kind == "function":
+                candidates = set(self.function_units.get(dotted, ()))
+            elif kind == "class":
+                candidates = set(self.class_units.get(dotted, ()))
+            else:
+                candidates = set(self.by_word.get(dotted.rsplit(".", 1)[-1], ()))
+        found = [i for i in candidates if key in self.unit(i).occurrences]
+        found.sort(key=lambda i: (self.units[i].size, i))
         return found
 
     def definers(self, name: str) -> List[int]:
-        return [
-            i for i in self.by_word.get(name, ())
-            if name in self.unit(i).defines or name in self.units[i].imported
-        ]
+        """Units that bind ``name`` at module scope, or import it anywhere."""
+        found = set(self.shallow_defines.get(name, ()))
+        for i in (*self.importing, *self.walked):
+            unit = self.unit(i)
+            if name in unit.defines or name in unit.imported:
+                found.add(i)
+        return sorted(found)
 
     def in_class(self, parent: int, attribute: str) -> List[int]:
         """Members of a class that bind ``self.<attribute>`` or define the method."""
@@ -526,6 +573,97 @@ class _Index:
         return found
 
 
+def _shallow(nodes, module_scope: bool, defines: Set[str], bound: Set[str]) -> None:
+    """Names bound by these statements outside any function (not looking into ``def``
+    bodies or expressions): ``defines`` at module scope, ``bound`` anywhere outside a
+    function (module scope or a class body), with dotted targets."""
+    for node in nodes:
+        kind = type(node)
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            bound.add(node.name)
+            if module_scope:
+                defines.add(node.name)
+            if kind is ast.ClassDef:
+                _shallow(node.body, False, set(), bound)
+            continue
+        targets = []
+        if kind is ast.Assign:
+            targets = list(node.targets)
+        elif kind in (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor):
+            targets = [node.target]
+        elif kind in (ast.With, ast.AsyncWith):
+            targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+        elif kind in (ast.Import, ast.ImportFrom):
+            for alias in node.names:
+                name = alias.asname or alias.name.split(".", 1)[0]
+                bound.add(name)
+                if module_scope:
+                    defines.add(name)
+        elif kind is ast.Try or kind.__name__ == "TryStar":
+            for handler in node.handlers:
+                if handler.name:
+                    bound.add(handler.name)
+                    if module_scope:
+                        defines.add(handler.name)
+        elif kind is ast.Match:
+            return _shallow_match(node, module_scope, defines, bound)
+        while targets:
+            target = targets.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                targets.extend(target.elts)
+            elif isinstance(target, ast.Starred):
+                targets.append(target.value)
+            else:
+                dotted = _dotted(target)
+                if dotted is not None:
+                    bound.add(dotted)
+                    if module_scope and "." not in dotted:
+                        defines.add(dotted)
+        for field_name in ("body", "orelse", "finalbody", "handlers"):
+            children = getattr(node, field_name, None)
+            if isinstance(children, list):
+                _shallow(
+                    [c.body if isinstance(c, ast.ExceptHandler) else c for c in children if not isinstance(c, ast.ExceptHandler)]
+                    + [b for c in children if isinstance(c, ast.ExceptHandler) for b in c.body],
+                    module_scope, defines, bound,
+                )
+
+
+def _definitions(nodes, in_class: bool, functions: Set[str], classes: Set[str]) -> None:
+    """Names of the functions (methods left out) and classes these statements define, at
+    any depth (statements only: a ``def`` cannot hide in an expression)."""
+    for node in nodes:
+        kind = type(node)
+        if kind is ast.ClassDef:
+            classes.add(node.name)
+            _definitions(node.body, True, functions, classes)
+            continue
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+            if not in_class:
+                functions.add(node.name)
+            _definitions(node.body, False, functions, classes)
+            continue
+        for field_name in ("body", "orelse", "finalbody"):
+            children = getattr(node, field_name, None)
+            if isinstance(children, list):
+                _definitions(children, in_class, functions, classes)
+        for handler in getattr(node, "handlers", ()) or ():
+            _definitions(handler.body, in_class, functions, classes)
+        for case in getattr(node, "cases", ()) or ():
+            _definitions(case.body, in_class, functions, classes)
+
+
+def _shallow_match(node, module_scope: bool, defines: Set[str], bound: Set[str]) -> None:
+    for case in node.cases:
+        for pattern in ast.walk(case.pattern):
+            name = getattr(pattern, "name", None) or getattr(pattern, "rest", None)
+            if isinstance(name, str):
+                bound.add(name)
+                if module_scope:
+                    defines.add(name)
+        _shallow(case.body, module_scope, defines, bound)
+
+
 def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[int]]]:
     """The units of ``text`` and the indices of those the slice keeps (None: not sliceable)."""
     tree = _parse(text)
@@ -536,6 +674,7 @@ def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[
     lines = text.splitlines(keepends=True)
     index = _Index(units, lines, vocabulary)
     importing = sorted(index.mentioning(("import",)))
+    index.importing = importing
     for i in importing:
         index.unit(i)
 
