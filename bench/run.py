@@ -60,15 +60,17 @@ def timed(command, cwd=None, limit=None):
     """(seconds, peak RSS in MiB) of one whole process (None when it ran past ``limit``)."""
     start = time.perf_counter()
     proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    if limit is not None:
-        try:
-            proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
+    while True:
+        pid, _, usage = os.wait4(proc.pid, 0 if limit is None else os.WNOHANG)
+        if pid:
+            proc.returncode = 0  # reaped here: Popen must not wait again
+            return time.perf_counter() - start, usage.ru_maxrss / 1024
+        if time.perf_counter() - start > limit:
             proc.kill()
             os.wait4(proc.pid, 0)
+            proc.returncode = -9
             return None
-    _, _, usage = os.wait4(proc.pid, 0)
-    return time.perf_counter() - start, usage.ru_maxrss / 1024
+        time.sleep(0.01)
 
 
 def python_files(tree: Path):
@@ -223,7 +225,23 @@ def main(argv=None):
             tree = generated_tree(Path(folder) / "generated", args.generated)
             bench_tree(f"generated: {args.generated} fixture copies, every file has FSDP call sites", tree, args, lines)
     if args.markdown:
-        Path(args.markdown).write_text("\n".join(lines) + "\n")
+        write_tables(Path(args.markdown), lines)
+
+
+BEGIN, END = "<!-- bench/run.py: tables begin -->", "<!-- bench/run.py: tables end -->"
+
+
+def write_tables(path: Path, lines) -> None:
+    """The tables go between the BEGIN/END comments of ``path`` (the prose around them is
+    kept); a file without them is written whole."""
+    tables = "\n".join(lines).rstrip() + "\n"
+    old = path.read_text() if path.exists() else ""
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        path.write_text(f"{head}{BEGIN}\n{tables}{END}{tail}")
+    else:
+        path.write_text(tables)
 
 
 if __name__ == "__main__":
