@@ -176,3 +176,18 @@ def test_syntax_error_reported_from_the_whole_text():
     sliced = lint_text_sliced(text, "x.py", ALL_RULES, 0)
     assert [d.code for d in whole.diagnostics] == ["FSD900"]
     assert _seen(sliced.diagnostics) == _seen(whole.diagnostics)
+
+
+FIRING = sorted(p for p in FIXTURES.rglob("*.py") if p.parent.name in ("fires", "fix"))
+
+
+@pytest.mark.parametrize("path", FIRING, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
+def test_fixture_inside_a_large_module_same_with_and_without_slicing(path):
+    """Each firing fixture, followed by unrelated tests that reuse its everyday names
+    (``model``, ``optimizer``, a rank test): sliced, it must report exactly what the
+    whole text reports."""
+    text = path.read_text()
+    if not text.endswith("\n"):
+        text += "\n"
+    text += "".join(_FILLER.format(index=i) for i in range(12))
+    _same_both_ways(text, path.name)  # (module-level names shared with the filler keep some of it)
