@@ -178,6 +178,7 @@ def bench_tree(label, tree: Path, args, lines, single_file=None):
                    f"{lines_per_s} | {row.peak:.0f} |")
     lines.extend(out + [""])
     print("\n".join(out) + "\n", flush=True)
+    return {row.title: row for row in rows}
 
 
 def main(argv=None):
@@ -218,14 +219,48 @@ def main(argv=None):
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
     lines = [f"Machine: {machine}; {args.jobs} jobs; whole-process wall times; rounds alternate the commands.", ""]
     print("\n".join(lines), flush=True)
+    results = {}
     for label, tree, single in trees:
-        bench_tree(label, tree, args, lines, single)
+        results[label] = bench_tree(label, tree, args, lines, single)
+    goals(results, lines)
     if args.generated:
         with tempfile.TemporaryDirectory() as folder:
             tree = generated_tree(Path(folder) / "generated", args.generated)
             bench_tree(f"generated: {args.generated} fixture copies, every file has FSDP call sites", tree, args, lines)
     if args.markdown:
         write_tables(Path(args.markdown), lines)
+
+
+def goals(results, lines) -> None:
+    """Issue #16's goals, judged from the rows just measured (medians of the same run)."""
+    out = ["### Goals (issue #16), from the rows above", "",
+           "| goal | measured | |", "|---|---|---|"]
+
+    def ratio(label, limit):
+        rows = results.get(label)
+        if not rows or "ruff --select E,F" not in rows:
+            return
+        mine, ruff = rows["fsdp-lint (cold, --no-cache)"].median(), rows["ruff --select E,F"].median()
+        if mine is None or ruff is None:
+            return
+        verdict = "met" if mine <= limit * ruff else "missed"
+        out.append(f"| {label}: fsdp-lint <= {limit}x ruff E,F | {mine:.2f} s vs {ruff:.2f} s ({mine / ruff:.2f}x) | {verdict} |")
+
+    ratio("dense corpus (dense-corpus.sh)", 1.0)
+    ratio("ML-library corpus (ml-corpus.sh)", 0.5)
+    ratio("torch/ (installed source tree)", 1.0)
+    for rows in results.values():
+        for title, row in rows.items():
+            if title.startswith("fsdp-lint, one file") and row.median() is not None:
+                verdict = "met" if row.median() <= 0.5 else "missed"
+                out.append(f"| {title[len('fsdp-lint, one file: '):]} as a whole process <= 0.5 s | "
+                           f"{row.median():.2f} s | {verdict} |")
+    peak = max((row.peak for rows in results.values() for title, row in rows.items() if title.startswith("fsdp-lint")),
+               default=None)
+    if peak is not None:
+        out.append(f"| fsdp-lint peak memory <= 150 MiB (every row) | {peak:.0f} MiB | {'met' if peak <= 150 else 'missed'} |")
+    lines.extend(out + [""])
+    print("\n".join(out) + "\n", flush=True)
 
 
 BEGIN, END = "<!-- bench/run.py: tables begin -->", "<!-- bench/run.py: tables end -->"

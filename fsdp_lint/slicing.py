@@ -1,35 +1,48 @@
-"""The part of a large file that libcst needs to see: whole top-level statements, chosen
-with the stdlib ``ast`` (C speed), mapped back to the file's own offsets.
+"""The part of a large file that libcst needs to see: whole statements, chosen with the
+stdlib ``ast`` (C speed), mapped back to the file's own offsets.
 
 Large real files (framework trainers, test suites of thousands of lines) hold their FSDP
-code in a few functions or classes; libcst's parse and the facts walk cost ~5 us a
-character, so parsing only those statements is most of the win.  The slice is a list of
-*whole top-level statements* of the original text, in their original order, each taken
-with its complete lines: every kept statement is byte-for-byte the original, so libcst
-builds the same nodes for it, and an offset in the slice maps to one in the file by a
-per-chunk shift (``Slice.to_original``).
+code in a few functions or methods; libcst's parse and the facts walk cost ~5 us a
+character, so parsing only what the rules can need is most of the win.  Units are the
+top-level statements and, for a class, its header (``class X(Base):``) and each member.
+The slice is the kept units' complete lines, in their original order: every kept unit is
+byte-for-byte the original, so libcst builds the same nodes for it, and an offset in the
+slice maps to one in the file by a per-chunk shift (``Slice.to_original``).
 
-Which statements are kept (a closure, computed once per file; when unsure, keep):
+Which units are kept (a closure; when unsure, keep):
 
-1. seeds: statements whose text holds a first-group marker of any rule (the rule's topic:
-   ``summon_full_params``, ``FullyShardedDataParallel``, ...) or a torch API name the facts
-   recognise, and statements naming an identifier bound to one of those (``FSDP`` from
-   ``... import FullyShardedDataParallel as FSDP``);
-2. forward: names that kept seed statements define at module scope (a helper that wraps a
-   model, a class that builds FSDP) become relevant too, so their callers are kept;
-3. every top-level ``import`` statement, and a statement importing (at any depth) a module
-   no kept statement imports (the facts' import table is flow-insensitive);
-4. backward: every statement that defines at module scope (or imports, at any depth) a
-   name the kept statements use, transitively.  Names used only inside decorators
-   (``@pytest.mark.parametrize("x", CASES)``) do not count: nothing the rules read flows
-   from a decorator's arguments into the function;
-5. counts: for every dotted name the kept statements use or bind, and each way of binding
-   it (assignment, annotation, loop target, parameter, ...) or using it, at least
-   ``min(n, 2)`` of its ``n`` occurrences and of the statements holding them are kept, so
-   whole-module questions ("assigned exactly once?", "used in another function?") get
-   the whole file's answer.
+1. seeds: units whose code names a rule's topic (the first marker group of a selected
+   rule: ``summon_full_params``, ``FullyShardedDataParallel``, ...) or a torch API name the
+   facts recognise, or an import alias of one (``FSDP``); a name the file binds only to
+   something else (``from .utils import get_state_dict``) does not count where it stands
+   as a plain name;
+2. forward, from every seed and every unit it brings in: what it defines at module scope;
+   the functions and methods whose ``return`` mentions something relevant (callers get an
+   FSDP model from them); all functions it defines, where they are referenced rather than
+   called (hooks are known by name); attributes bound from relevant values (the facts know
+   ``self.model`` as FSDP by name);
+3. every top-level ``import``, and one importer of each module the file imports anywhere
+   (the facts ask whether the file imports fairscale);
+4. backward, transitively: for each name the kept code uses, its definitions at module
+   scope and its imports (any depth), its bindings outside functions (module constants,
+   class attributes: the facts' global lookup), the classes of that name, enough of the
+   functions of that name ("exactly one?"), and, for ``self.x`` in a method, the methods of
+   the class that bind ``self.x`` and the method ``x``; for an attribute the kept code binds,
+   enough of its uses elsewhere ("used in another method?").  "Enough" is ``min(n, 2)``,
+   and units kept only for such a count are not followed further.  Names used only in
+   decorators (``@pytest.mark.parametrize("case", CASES)``) do not count: nothing the rules
+   read flows from a decorator's arguments into the function;
+5. a kept member brings its class header, and a header its class attributes.
 
-A file that ``ast`` cannot parse, or whose slice would keep most of it, is not sliced.
+What this does not keep: a unit whose only tie to the FSDP code is a *local* name that
+happens to match (``model.state_dict()`` in an unrelated test while another test wraps its
+own ``model``); the facts' name-keyed sets could connect them, but they are different
+variables.  ``tests/test_slicing.py`` and ``bench/compare_slicing.py`` check that slicing
+changes no diagnostic, position or fix on the fixtures, on large generated modules and on
+the benchmark corpora.
+
+A file that ``ast`` cannot parse, a short one, or one whose slice would keep most of it is
+not sliced; ``engine`` parses it whole.
 """
 
 from __future__ import annotations
@@ -114,6 +127,8 @@ class _Unit:
     functions: List[Tuple[str, int, int]] = field(default_factory=list)  # every def: name, lines
     returns: List[Tuple[int, int]] = field(default_factory=list)  # ``return <value>``: lines
     referenced: Set[str] = field(default_factory=set)  # read other than as the callee of a call
+    params: Set[str] = field(default_factory=set)  # parameter names, any depth
+    assigned: Set[str] = field(default_factory=set)  # plain names bound by ``=`` and the like, any depth
 
     @property
     def size(self) -> int:
@@ -175,6 +190,8 @@ class _Analyser:
             unit.names.update(parts)
             unit.attributes.update(parts[1:])
             unit.binds_any.add(dotted)
+            if len(parts) == 1:
+                unit.assigned.add(dotted)
             if scope != FUNCTION:
                 self.occur(dotted, "global")
             if len(parts) > 1:
@@ -283,6 +300,7 @@ class _Analyser:
                 continue
             if kind is ast.arg:
                 names.add(node.arg)
+                unit.params.add(node.arg)
                 if node.annotation is not None:
                     stack.append((node.annotation, scope))
                 continue
@@ -704,6 +722,7 @@ def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[
         ):
             frontier.append(i)
     chains: Set[str] = set()  # dotted names bound from something relevant (``self.model = FSDP(...)``)
+    locals_seen: Set[str] = set()
     while frontier:
         added = []
         for i in frontier:
@@ -712,15 +731,17 @@ def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[
             kept.add(i)
             unit = index.unit(i)
             if unit.top_import:
-                new, referenced, new_chains = unit.vocabulary_aliases - relevant, set(), set()
+                new, referenced, new_chains, local = unit.vocabulary_aliases - relevant, set(), set(), set()
             else:
-                new, referenced, new_chains = _passed_on(unit, relevant, chains, lines)
+                new, referenced, new_chains, local = _passed_on(unit, relevant, chains, lines)
                 new -= relevant
                 referenced -= relevant
                 new_chains -= chains
+                local -= locals_seen
             relevant |= new | referenced
             chains |= new_chains
-            heads = new | referenced | {c.rsplit(".", 1)[-1] for c in new_chains}
+            locals_seen |= local
+            heads = new | referenced | local | {c.rsplit(".", 1)[-1] for c in new_chains}
             for j in sorted(index.mentioning(heads)):
                 if j in kept:
                     continue
@@ -729,6 +750,10 @@ def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[
                     not (other.names | other.decorator_names).isdisjoint(new)
                     or not (other.referenced | other.decorator_names).isdisjoint(referenced)
                     or not (other.uses_any | other.binds_any).isdisjoint(new_chains)
+                    # a local name bound from something relevant (``model = FSDP(net)``): the
+                    # facts' file-wide name sets reach a unit where that name is not bound
+                    # there (a parameter, a global): ``def save(model): model.state_dict()``
+                    or any(n in other.uses_any and (n in other.params or n not in other.assigned) for n in local)
                 ):
                     added.append(j)
         frontier = added
@@ -770,7 +795,8 @@ def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[st
                 returning.add(name)
                 break
     dotted = {t for t in bound if "." in t}
-    return identifiers | returning | (bound & unit.defines), functions - returning, dotted
+    local = {t for t in bound if "." not in t} - unit.defines
+    return identifiers | returning | (bound & unit.defines), functions - returning, dotted, local
 
 
 def _close(index: _Index, kept: Set[int], importing: List[int]) -> None:

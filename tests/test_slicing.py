@@ -191,3 +191,30 @@ def test_fixture_inside_a_large_module_same_with_and_without_slicing(path):
         text += "\n"
     text += "".join(_FILLER.format(index=i) for i in range(12))
     _same_both_ways(text, path.name)  # (module-level names shared with the filler keep some of it)
+
+
+_SAVE_HELPER = '''\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def train(net):
+    model = FSDP(net)
+    model(torch.randn(2, 2)).sum().backward()
+
+
+def save(model):
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), "m.pt")
+'''
+
+
+def test_helper_taking_the_model_as_a_parameter_is_kept():
+    """``save(model)`` names no FSDP API, but the facts know ``model`` as FSDP-wrapped
+    file-wide, so its rank-guarded ``state_dict()`` is reported: the slice keeps it."""
+    text = _SAVE_HELPER + "".join(_FILLER.format(index=i) for i in range(12))
+    piece = slice_text(text, ALL_RULES, 0, 1.0)
+    assert piece is not None and "def save(model):" in piece.text
+    diagnostics = _same_both_ways(text)
+    assert [(d.code, d.location.row) for d in diagnostics] == [("FSD104", 13)]
