@@ -493,12 +493,17 @@ class _Index:
         self.analysed: Set[int] = set()
         self.by_word: Dict[str, List[int]] = {}
         self.texts: List[str] = []
+        self.word_sets: List[Set[str]] = []
+        self.statement_names: Dict[int, Tuple[Set[str], Set[str]]] = {}
+        self.grown = 0
+        self.counted: Set[int] = set()
         for index, unit in enumerate(units):
             chunk = "".join(lines[unit.first - 1 : unit.last])
             self.texts.append(chunk)
             words = set(_WORD.findall(chunk))
             if not chunk.isascii():  # the parser normalises identifiers (NFKC)
                 words |= {unicodedata.normalize("NFKC", w) for w in words if not w.isascii()}
+            self.word_sets.append(words)
             for word in words:
                 self.by_word.setdefault(word, []).append(index)
 
@@ -536,6 +541,34 @@ class _Index:
                 self.shallow_defines.setdefault(name, []).append(index)
             for name in bound:
                 self.shallow_globals.setdefault(name, []).append(index)
+
+    limit: Optional[float] = None
+    importing: List[int] = []
+
+    def take(self, index: int) -> None:
+        """Count a unit about to be kept; past the limit the slice is not worth it."""
+        if index not in self.counted:
+            self.counted.add(index)
+            self.grown += self.units[index].size
+            if self.limit is not None and self.grown > self.limit:
+                raise _TooMuch
+
+    def words(self, index: int) -> Set[str]:
+        return self.word_sets[index]
+
+    def open_name(self, index: int, name: str) -> bool:
+        """``name`` is a parameter in the unit, or no statement of it binds ``name``
+        (read from statements only: bindings inside expressions do not count, so the
+        answer errs on yes)."""
+        found = self.statement_names.get(index)
+        if found is None:
+            params: Set[str] = set()
+            bound: Set[str] = set()
+            unit = self.units[index]
+            if unit.header is None:
+                _statement_bindings(unit.nodes, params, bound)
+            found = self.statement_names[index] = (params, bound)
+        return name in found[0] or name not in found[1]
 
     def unit(self, index: int) -> _Unit:
         if index not in self.analysed:
@@ -671,6 +704,46 @@ def _definitions(nodes, in_class: bool, functions: Set[str], classes: Set[str]) 
             _definitions(case.body, in_class, functions, classes)
 
 
+def _statement_bindings(nodes, params: Set[str], bound: Set[str]) -> None:
+    """Parameter names, and plain names bound by statements (``=``, ``for``, ``with``,
+    ``import``, ``def``), at any depth, without looking into expressions."""
+    for node in nodes:
+        kind = type(node)
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+            bound.add(node.name)
+            args = node.args
+            for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                if arg is not None:
+                    params.add(arg.arg)
+        elif kind is ast.ClassDef:
+            bound.add(node.name)
+        targets = []
+        if kind is ast.Assign:
+            targets = list(node.targets)
+        elif kind in (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor):
+            targets = [node.target]
+        elif kind in (ast.With, ast.AsyncWith):
+            targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+        elif kind in (ast.Import, ast.ImportFrom):
+            bound.update(alias.asname or alias.name.split(".", 1)[0] for alias in node.names)
+        while targets:
+            target = targets.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                targets.extend(target.elts)
+            elif isinstance(target, ast.Starred):
+                targets.append(target.value)
+            elif isinstance(target, ast.Name):
+                bound.add(target.id)
+        for field_name in ("body", "orelse", "finalbody"):
+            children = getattr(node, field_name, None)
+            if isinstance(children, list):
+                _statement_bindings(children, params, bound)
+        for handler in getattr(node, "handlers", ()) or ():
+            _statement_bindings(handler.body, params, bound)
+        for case in getattr(node, "cases", ()) or ():
+            _statement_bindings(case.body, params, bound)
+
+
 def _shallow_match(node, module_scope: bool, defines: Set[str], bound: Set[str]) -> None:
     for case in node.cases:
         for pattern in ast.walk(case.pattern):
@@ -682,8 +755,13 @@ def _shallow_match(node, module_scope: bool, defines: Set[str], bound: Set[str])
         _shallow(case.body, module_scope, defines, bound)
 
 
-def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[int]]]:
-    """The units of ``text`` and the indices of those the slice keeps (None: not sliceable)."""
+class _TooMuch(Exception):
+    """The slice would keep more than it is worth: parse the whole text."""
+
+
+def choose(text: str, rules: Sequence[type], max_share: float = 1.0) -> Optional[Tuple[List[_Unit], Set[int]]]:
+    """The units of ``text`` and the indices of those the slice keeps (None: not sliceable,
+    or the kept lines would pass ``max_share`` of the file's)."""
     tree = _parse(text)
     if tree is None or not tree.body:
         return None
@@ -691,6 +769,21 @@ def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[
     vocabulary, markers = vocabulary_for(rules)
     lines = text.splitlines(keepends=True)
     index = _Index(units, lines, vocabulary)
+    index.limit = max_share * len(lines) if max_share < 1.0 else None
+    try:
+        return _choose(index, markers, vocabulary)
+    except _TooMuch:
+        return None
+
+
+def _check_size(index: "_Index", kept: Set[int]) -> None:
+    if index.limit is not None:
+        for i in kept - index.counted:
+            index.take(i)
+
+
+def _choose(index: "_Index", markers, vocabulary) -> Optional[Tuple[List[_Unit], Set[int]]]:
+    units, lines = index.units, index.lines
     importing = sorted(index.mentioning(("import",)))
     index.importing = importing
     for i in importing:
@@ -742,20 +835,29 @@ def choose(text: str, rules: Sequence[type]) -> Optional[Tuple[List[_Unit], Set[
             chains |= new_chains
             locals_seen |= local
             heads = new | referenced | local | {c.rsplit(".", 1)[-1] for c in new_chains}
-            for j in sorted(index.mentioning(heads)):
+            for j in sorted(index.mentioning(new | local)):
+                # a name it defines, read anywhere (over-approximated by the text's words); a
+                # local name bound from something relevant (``model = FSDP(net)``): the facts'
+                # file-wide name sets reach a unit where that name is a parameter or not
+                # bound (``def save(model): model.state_dict()``)
+                if j not in kept and (
+                    not index.words(j).isdisjoint(new)
+                    or any(
+                        index.open_name(j, name) and name in index.unit(j).uses_any
+                        for name in local & index.words(j)
+                    )
+                ):
+                    added.append(j)
+                    index.take(j)
+            for j in sorted(index.mentioning(referenced | {c.rsplit(".", 1)[-1] for c in new_chains})):
                 if j in kept:
                     continue
                 other = index.unit(j)
-                if (
-                    not (other.names | other.decorator_names).isdisjoint(new)
-                    or not (other.referenced | other.decorator_names).isdisjoint(referenced)
-                    or not (other.uses_any | other.binds_any).isdisjoint(new_chains)
-                    # a local name bound from something relevant (``model = FSDP(net)``): the
-                    # facts' file-wide name sets reach a unit where that name is not bound
-                    # there (a parameter, a global): ``def save(model): model.state_dict()``
-                    or any(n in other.uses_any and (n in other.params or n not in other.assigned) for n in local)
-                ):
+                if not (other.referenced | other.decorator_names).isdisjoint(referenced) or not (
+                    other.uses_any | other.binds_any
+                ).isdisjoint(new_chains):
                     added.append(j)
+                    index.take(j)
         frontier = added
     if not kept:
         return None  # nothing relevant found (markers only in comments between statements): parse it all
@@ -779,19 +881,23 @@ def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[st
     def words(first: int, last: int) -> Set[str]:
         return set(_IDENTIFIER.findall("".join(lines[first - 1 : last])))
 
-    tainted = set(relevant) | chains
+    extra: Set[str] = set()
+
+    def tainted(found: Set[str]) -> bool:
+        return not (relevant.isdisjoint(found) and chains.isdisjoint(found) and extra.isdisjoint(found))
+
     bound: Set[str] = set()
     for _ in range(2):  # ``wrapped = FSDP(m)``, then ``self.model = wrapped``
         for targets, first, last in unit.assignments:
-            if not tainted.isdisjoint(words(first, last)) or any(t in tainted for t in targets):
+            if tainted(words(first, last)) or tainted(set(targets)):
                 bound.update(targets)
-                tainted.update(t for t in targets if "." not in t)
+                extra.update(t for t in targets if "." not in t)
     identifiers = set(unit.defines) - {name for name, _, _ in unit.functions}
     functions = {name for name, _, _ in unit.functions}
     returning = set()
     for name, first, last in unit.functions:
         for r_first, r_last in unit.returns:
-            if first <= r_first and r_last <= last and not tainted.isdisjoint(words(r_first, r_last)):
+            if first <= r_first and r_last <= last and tainted(words(r_first, r_last)):
                 returning.add(name)
                 break
     dotted = {t for t in bound if "." in t}
@@ -817,6 +923,7 @@ def _close(index: _Index, kept: Set[int], importing: List[int]) -> None:
         fresh = [i for i in kept if i not in done]
         if not fresh:
             break
+        _check_size(index, kept)
         done.update(fresh)
         for i in fresh:
             unit = index.unit(i)
@@ -892,7 +999,7 @@ def slice_text(
         return None
     if _ODD_LINE_ENDS.search(text) or text.count("\r") != text.count("\r\n"):
         return None  # str.splitlines, ast and libcst may disagree on what ends a line
-    chosen = choose(text, rules)
+    chosen = choose(text, rules, max_share)
     if chosen is None:
         return None
     units, kept = chosen
