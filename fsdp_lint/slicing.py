@@ -803,7 +803,9 @@ def _choose(index: "_Index", markers, vocabulary) -> Optional[Tuple[List[_Unit],
         bound_elsewhere |= (unit.imported | unit.defines) & vocabulary
         from_torch |= unit.torch_imported
     shadowed = set() if "*" in from_torch else bound_elsewhere - from_torch
-    textual = tuple(marker for marker in markers if not _IDENTIFIER.fullmatch(marker))
+    # the markers as the file filter reads them (substrings: ``FullyShardedDataParallel``
+    # also finds ``FullyShardedDataParallelPlugin``, which the facts know too)
+    textual = tuple(markers)
     frontier = []
     for i, unit in enumerate(units):
         if textual and any(marker in index.texts[i] for marker in textual):

@@ -48,7 +48,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel as FSDP
 
-from .testing_utils import get_state_dict, set_seed
+from .testing_utils import get_peft_state, set_seed
 
 OFFLOAD = CPUOffload(offload_params=True)
 KEEP_ON_RANK0 = True
@@ -79,7 +79,7 @@ class TestAdapter{index}:
         model = copy.deepcopy(self.model)
         x = torch.randn(4, 16)
         out = model(x)
-        state = get_state_dict(model)
+        state = get_peft_state(model)
         assert out.shape == (4, 2) and state is not None
 
     def test_train_{index}(self):
