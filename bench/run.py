@@ -197,6 +197,8 @@ def main(argv=None):
     parser.add_argument("--with", dest="with_peer", action="append", default=[],
                         help="also time this peer: torchfix, flake8 (default plugins)")
     parser.add_argument("--no-bare-parse", dest="bare_parse", action="store_false")
+    parser.add_argument("--only", action="append", default=[], choices=["torch", "ml", "dense"],
+                        help="time only these default trees (repeatable)")
     parser.add_argument("--markdown", default=None, help="also write the tables to this file")
     args = parser.parse_args(argv)
     trees = [(str(t), Path(t), None) for t in args.tree or []]
@@ -204,12 +206,17 @@ def main(argv=None):
         import importlib.util
 
         spec = importlib.util.find_spec("torch")
+        wanted = set(args.only or ["torch", "ml", "dense"])
+        if "torch" not in wanted:
+            spec = None
         if spec is not None and spec.origin:
             torch_dir = Path(spec.origin).parent  # found without importing torch
             trees.append((f"torch/ (installed source tree)", torch_dir, None))
-        else:
+        elif "torch" in wanted:
             print("torch is not installed: the torch tree is skipped", flush=True)
         for label, folder in (("ML-library corpus (ml-corpus.sh)", args.ml), ("dense corpus (dense-corpus.sh)", args.dense)):
+            if ("ml" if "ML" in label else "dense") not in wanted:
+                continue
             path = Path(folder)
             if not path.is_dir():
                 print(f"{folder} missing: build it with shared/bench/{'ml' if 'ML' in label else 'dense'}-corpus.sh", flush=True)
