@@ -30,6 +30,7 @@ import argparse
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -59,14 +60,17 @@ PARSE = (
 def timed(command, cwd=None, limit=None):
     """(seconds, peak RSS in MiB) of one whole process (None when it ran past ``limit``)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # a session of its own, so a run given up is ended with its workers (a process pool's
+    # children outlive a killed parent)
+    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     while True:
         pid, _, usage = os.wait4(proc.pid, 0 if limit is None else os.WNOHANG)
         if pid:
             proc.returncode = 0  # reaped here: Popen must not wait again
             return time.perf_counter() - start, usage.ru_maxrss / 1024
         if time.perf_counter() - start > limit:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             os.wait4(proc.pid, 0)
             proc.returncode = -9
             return None
