@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence
 
 from fsdp_lint import __version__
 
-SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean")
+SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server")
 
 
 def _codes(value: str) -> List[str]:
@@ -178,12 +178,15 @@ def _run_rule(argv: Sequence[str]) -> int:
     except UnknownRuleError as exc:
         print(f"fsdp-lint: error: {exc}", file=sys.stderr)
         return 2
-    from fsdp_lint.docs import render_rule
+    from fsdp_lint.docs import installed_torch, on_your_torch, render_for_user
 
     if args.format == "json":
-        print(json.dumps(_rule_json(rule, with_doc=True), indent=2))
+        data = _rule_json(rule, with_doc=True)
+        data["installed_torch"] = installed_torch()
+        data["on_installed_torch"] = on_your_torch(rule, data["installed_torch"])
+        print(json.dumps(data, indent=2))
     else:
-        print(render_rule(rule), end="")
+        print(render_for_user(rule), end="")
     return 0
 
 
@@ -230,7 +233,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "  rule     print a rule's documentation\n"
             "  rules    list all rules\n"
             "  clean    remove the result cache (.fsdp_lint_cache)\n"
-            "  verify   run each rule's runtime scenario under torchrun (needs torch)\n\n"
+            "  verify   run each rule's runtime scenario under torchrun (needs torch)\n"
+            "  server   run the language server on stdio (needs the `server` extra)\n\n"
             "Run `fsdp-lint check --help` for the options of check."
         )
         return 0
@@ -247,6 +251,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             target = rest[0] if rest else DEFAULT_DIR
             print(f"removed {target}" if clean(target) else f"no cache at {target}")
             return 0
+        if command == "server":
+            from fsdp_lint.server import main as run_server
+
+            return run_server(rest)
         if command == "verify":
             from fsdp_lint.verify.command import run_verify
 

@@ -1,109 +1,251 @@
 """Rule documentation as users read it: ``fsdp-lint rule FSD001`` and ``docs/rules/*.md``.
 
-A rule's doc is its own ruff-style text plus the verifier's measured results, read from
-``fsdp_lint/verify/measured/*.json`` (one file per ``fsdp-lint verify --format json`` run,
-with the machine it ran on).  ``python -m fsdp_lint.docs docs`` rewrites the docs folder;
-a test checks the committed docs are current.
+A rule's page is its own ruff-style text plus the verifier's results, rendered from the
+machine-written records in ``fsdp_lint/verify/records/`` (``fsdp-lint verify --record``).
+One command renders every page and ``docs/verification.md`` from the records::
+
+    python -m fsdp_lint.docs docs
+
+and a test fails when the committed docs differ from what the records give.  ``fsdp-lint
+rule`` adds what only the user's machine knows: the installed torch (package metadata, torch
+is not imported) and whether the records show the hazard on that version.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
-MEASURED = Path(__file__).resolve().parent / "verify" / "measured"
+from fsdp_lint.scenarios.registry import variants
+from fsdp_lint.verify.records import load
+from fsdp_lint.verify.scenario import version_tuple
+
 FIX_WORDS = {"always": "Fix is always available.", "sometimes": "Fix is sometimes available.", "never": "No automatic fix."}
 
 
-def measured_runs() -> List[dict]:
-    runs = []
-    for path in sorted(MEASURED.glob("*.json")):
-        with open(path, encoding="utf-8") as handle:
-            runs.append(json.load(handle))
-    return runs
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def verification_table(rule) -> str:
-    rows = []
-    for run in measured_runs():
-        for result in run["results"]:
-            if result["code"] == rule.code:
-                what = result["flagged"] if result["verdict"] != "SKIPPED" else result["reason"]
-                rows.append(
-                    f"| {run['torch']} | {run['backend']}/{run['device']} | {run.get('machine', '')} "
-                    f"| {result['verdict']} | {what} |"
-                )
+def _where(record: dict) -> str:
+    nodes = f", {record['nnodes']} nodes" if record.get("nnodes", 1) > 1 else ""
+    count = record["world_size"]
+    return f"{record['backend']}/{record['device']}, {count} rank{'' if count == 1 else 's'}{nodes}"
+
+
+def _machine(record: dict) -> str:
+    names = record.get("device_names") or []
+    if names:
+        counts: dict = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        return ", ".join(f"{n} x {name}" for name, n in counts.items())
+    return record.get("machine", "")
+
+
+def _source(record: dict) -> str:
+    if record["provenance"] == "imported":
+        return f"imported, {record['date'][:10]}"
+    commit = (record["fsdp_lint"].get("commit") or "")[:9]
+    dirty = "+changes" if record["fsdp_lint"].get("dirty") else ""
+    return f"{record['date'][:10]}, fsdp-lint {record['fsdp_lint']['version']} {commit}{dirty}".strip()
+
+
+def _what(result: dict) -> str:
+    if result["verdict"] == "SKIPPED":
+        return result["reason"]
+    if result["verdict"] in ("CONFIRMED",):
+        return result["flagged"]
+    return f"{result['flagged']} ({result['reason']})" if result["reason"] else result["flagged"]
+
+
+def _rows(code: str, records: List[dict]):
+    for record in records:
+        for result in record["results"]:
+            if result["code"] == code:
+                yield record, result
+
+
+def verification_table(rule, records: Optional[List[dict]] = None) -> str:
+    records = load() if records is None else records
+    rows = [
+        f"| {record['torch']['version']} | {_where(record)} | {_cell(_machine(record))} | {result['verdict']} "
+        f"| {_cell(_what(result))} | {_source(record)} |"
+        for record, result in _rows(rule.code, records)
+    ]
     if not rows:
-        return "Not run by the verifier yet."
-    head = "| torch | backend/device | machine | verdict | what the flagged program did |\n|---|---|---|---|---|"
-    return head + "\n" + "\n".join(rows)
+        return "Not run by the verifier yet.\n"
+    head = (
+        "| torch | backend/device | machine | verdict | what the flagged program did | record |\n"
+        "|---|---|---|---|---|---|"
+    )
+    return head + "\n" + "\n".join(rows) + "\n"
 
 
-def render_rule(rule) -> str:
+def scenario_lines(rule) -> str:
+    lines = []
+    for scenario in variants(rule.code):
+        needs = [f"devices: {', '.join(scenario.devices)}"]
+        if scenario.min_ranks > 1:
+            needs.append(f"at least {scenario.min_ranks} ranks")
+        if scenario.real_cpu_offload:
+            needs.append("real CPU parameter offload (CUDA)")
+        needs += [f"torch >= {v} on {d}" for d, v in scenario.torch_min.items()]
+        fixed = f"; hazard fixed in torch {scenario.hazard_fixed_in}" if scenario.hazard_fixed_in else ""
+        lines.append(
+            f"- `fsdp_lint/scenarios/{scenario.program}` ({'; '.join(needs)}{fixed}): {scenario.hazard}."
+        )
+    return "\n".join(lines) + "\n" if lines else "No runtime scenario.\n"
+
+
+def render_rule(rule, records: Optional[List[dict]] = None) -> str:
     known = f"\nHazard fixed in torch {rule.hazard_fixed_in}.\n" if rule.hazard_fixed_in else ""
     return (
         f"# {rule.name} ({rule.code})\n\n{FIX_WORDS[rule.fix_availability]}\n{known}\n{rule.doc}\n"
         f"## Verified (`fsdp-lint verify {rule.code}`)\n"
-        f"{verification_table(rule)}\n"
+        f"{scenario_lines(rule)}\n"
+        f"{verification_table(rule, records)}"
     )
 
 
-DIFFERENCES = """## CPU against GPU: what differs
+def installed_torch() -> Optional[str]:
+    """The installed torch's version from its package metadata (torch is not imported)."""
+    from importlib import metadata
 
-- FSD001: CONFIRMED on CPU with torch 2.13.0 and 2.11 (the whole local shard overwritten with
-  the block's scratch data). The first 2.11 CPU run, with a block that allocated nothing, came
-  out clean: what lands in the shard is whatever reuses the freed memory. NOT REPRODUCED on 2 GPUs with real
-  `CPUOffload(offload_params=True)` (torch 2.11): there the parameters are on the GPU when
-  `to_cpu()` runs, so `writeback=False` only declares a read-only block.
-- FSD003: CONFIRMED on CPU (torch 2.13.0 and 2.11); SKIPPED on CUDA, where FSDP's parameters
-  live on the GPU and pytorch#188989 cannot be reached.
-- FSD006, FSD103: SKIPPED on CPU (FSD006 needs parameters on a GPU to avoid pytorch#188989;
-  FSD103 needs real CPU parameter offload, which needs CUDA); CONFIRMED on 2 GPUs.
-- FSD002: the slowdown is 1.3-1.4x on 2-core CPU/gloo and 1.2-1.4x on 2 GPUs with a 134M
-  parameter MLP (the GPU scenario uses a wider model; per-step times of a few ms).
-- FSD104: a hang on both; on GPU the first run's fixed program was judged FIX FAILED because
-  the scenario's error pattern matched a benign CUDA "stream mismatch" UserWarning; the
-  pattern was narrowed and FSD104 re-run (the table shows the re-run).
-- Every other rule: the same verdict (CONFIRMED) on CPU and GPU.
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def on_your_torch(rule, version: Optional[str], records: Optional[List[dict]] = None) -> str:
+    """Whether the records show this rule's hazard on the torch the user has."""
+    records = load() if records is None else records
+    if version is None:
+        return (
+            "torch is not installed here (no package metadata); the linter does not need it, "
+            f"`fsdp-lint verify {rule.code}` does.\n"
+        )
+    same = [
+        (record, result) for record, result in _rows(rule.code, records)
+        if record["torch"]["version"] and version_tuple(record["torch"]["version"]) == version_tuple(version)
+    ]
+    text = f"Installed: torch {version} (package metadata).\n"
+    if not same:
+        seen = sorted({r["torch"]["version"] for r, _ in _rows(rule.code, records) if r["torch"]["version"]})
+        return text + (
+            f"No record for this torch version (recorded: {', '.join(seen) or 'none'}); "
+            f"`fsdp-lint verify {rule.code}` checks it on your machine.\n"
+        )
+    lines = [f"- {result['verdict']} on {_where(record)} ({_source(record)})" for record, result in same]
+    reproduced = any(result["verdict"] == "CONFIRMED" for _, result in same)
+    verdict = "reproduced" if reproduced else "not reproduced"
+    return text + f"The hazard was {verdict} on this version:\n" + "\n".join(lines) + "\n"
+
+
+def render_for_user(rule) -> str:
+    """``fsdp-lint rule``: the page, then the user's own torch."""
+    return render_rule(rule) + "\n## On your torch\n" + on_your_torch(rule, installed_torch())
+
+
+INTRO = """# Runtime verification
+
+Each table below is one run of `fsdp-lint verify --record DIR`, rendered from its record in
+`fsdp_lint/verify/records/` (`python -m fsdp_lint.docs docs`; never edited by hand). A
+record holds the fsdp-lint version and commit, a hash of every scenario file, the torch
+version and build, the backend, devices, ranks and date, and every rank's exit and evidence.
+CPU runs use gloo; GPU runs use NCCL with NVLink multicast off. `fsdp-lint verify`
+reproduces them on your own torch and hardware; `fsdp-lint verify --python PATH --python
+PATH` compares torch versions.
+
+Records marked *imported* come from runs made before records existed: they hold only the
+verdict table of that run (no commit, no scenario hashes, no per-rank entries), and their
+scenarios and judge were older than today's.
+
+## Making records
+
+```bash
+fsdp-lint verify --record fsdp_lint/verify/records                     # CPU, gloo, 2 ranks
+fsdp-lint verify --device cuda --record fsdp_lint/verify/records       # 2 GPUs, NCCL
+fsdp-lint verify --device cuda --nproc 1 --record fsdp_lint/verify/records  # 1 GPU
+fsdp-lint verify --python venv-a/bin/python --python venv-b/bin/python --record fsdp_lint/verify/records
+python -m fsdp_lint.docs docs                                           # then render the docs
+```
+
+What a scenario needs (devices, ranks, real CPU offload, torch version) is declared in
+`fsdp_lint/scenarios/registry.py`; where it is not met the verdict is SKIPPED with the
+reason, decided before anything runs. Several nodes: run the same command on every node with
+`--nnodes N --node-rank R --rdzv-endpoint HOST:PORT --rdzv-id ID` (torchrun's c10d
+rendezvous; each program uses its own port, counting up from PORT); each node judges the
+ranks that ran on it.
+
+## Torch versions
+
+`--python PATH` (repeated) prints one table, rule by torch version. The matrix test
+(`tests/test_verify_matrix.py`, markers `slow` and `matrix`) runs when
+`FSDP_LINT_MATRIX_PYTHON` names a second interpreter; CI does not run it: the torch 2.14.1
+wheel from the package index is the CUDA build (about 5.4 GB installed, minutes to install)
+and would take a large share of CI's 20 minutes on every push for a result that changes only
+when a scenario or torch changes. The records of both versions are in this page.
 """
 
 
-def render_verification() -> str:
-    from fsdp_lint.verify.command import render_table
+def _column(record: dict) -> str:
+    mark = " (imported)" if record["provenance"] == "imported" else ""
+    return f"{record['torch']['version']} {_where(record)}{mark}"
 
-    parts = ["# Runtime verification\n",
-             "Each table is one `fsdp-lint verify --format json` run, as measured (CPU runs use gloo;",
-             "GPU runs use NCCL with NVLink multicast off). `fsdp-lint verify` reproduces them on your",
-             "own torch and hardware.\n", DIFFERENCES]
-    from fsdp_lint.rules import BY_CODE
 
-    for run in measured_runs():
-        parts.append(f"## torch {run['torch']}, {run['backend']}/{run['device']}: {run.get('machine', '')} ({run.get('date', '')})\n")
-        results = []
-        for item in run["results"]:
-            rule = BY_CODE.get(item["code"])
-            if rule is None:
-                continue
-            from fsdp_lint.verify.judge import Judgement
+def render_verification(records: Optional[List[dict]] = None) -> str:
+    from fsdp_lint.rules import ALL_RULES
 
-            results.append((rule, Judgement(item["verdict"], item["flagged"], item["fixed"], item["reason"])))
-        parts.append(render_table(run["torch"], f"{run['backend']}/{run['device']}, {run['nproc']} ranks", results) + "\n")
+    records = load() if records is None else records
+    parts = [INTRO, "## Verdicts by run\n"]
+    heads = [_column(r) for r in records]
+    parts.append("| rule | " + " | ".join(heads) + " |\n|---|" + "---|" * len(heads))
+    for rule in ALL_RULES:
+        cells = []
+        for record in records:
+            found = [res["verdict"] for res in record["results"] if res["code"] == rule.code]
+            cells.append(found[0] if found else "-")
+        parts.append(f"| {rule.code} | " + " | ".join(cells) + " |")
+    parts.append("")
+    for record in records:
+        parts.append(f"## torch {record['torch']['version']}, {_where(record)}: {_cell(_machine(record))}\n")
+        if record["provenance"] == "imported":
+            parts.append(f"Imported: {record['note']}\n")
+        else:
+            build = record["torch"]
+            cuda = f", CUDA {build['cuda']}" if build.get("cuda") else ""
+            parts.append(
+                f"Recorded {record['date']} by fsdp-lint {record['fsdp_lint']['version']} "
+                f"(commit {record['fsdp_lint'].get('commit') or 'unknown'}"
+                f"{', with uncommitted changes' if record['fsdp_lint'].get('dirty') else ''}); "
+                f"torch {build['version']}{cuda}, Python {record.get('python')}; {record.get('machine', '')}; "
+                f"`{' '.join(record.get('command') or [])}`.\n"
+            )
+        parts.append("| rule | verdict | flagged program | fixed program | reason |\n|---|---|---|---|---|")
+        for result in record["results"]:
+            parts.append(
+                f"| {result['code']} | {result['verdict']} | {_cell(result['flagged'])} | {_cell(result['fixed'])} "
+                f"| {_cell(result['reason'])} |"
+            )
+        parts.append("")
     return "\n".join(parts)
 
 
 def write_docs(folder: Path) -> List[Path]:
     from fsdp_lint.rules import ALL_RULES
 
+    records = load()
     written = []
     (folder / "rules").mkdir(parents=True, exist_ok=True)
     for rule in ALL_RULES:
         path = folder / "rules" / f"{rule.code}.md"
-        path.write_text(render_rule(rule), encoding="utf-8")
+        path.write_text(render_rule(rule, records), encoding="utf-8")
         written.append(path)
     path = folder / "verification.md"
-    path.write_text(render_verification(), encoding="utf-8")
+    path.write_text(render_verification(records), encoding="utf-8")
     written.append(path)
     return written
 

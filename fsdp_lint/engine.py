@@ -108,7 +108,7 @@ def _too_deeply_nested(text: str) -> bool:
     return False
 
 
-def _parse(text: str, filename: str):
+def _parse(text: str, filename: str, parser=None):
     import libcst as cst  # imported only when a file gets this far
 
     if _too_deeply_nested(text):
@@ -118,7 +118,7 @@ def _parse(text: str, filename: str):
             f"more than {MAX_NESTING} nested brackets (CPython refuses them too), file not checked",
         )
     try:
-        return cst.parse_module(text), None
+        return (parser or cst.parse_module)(text), None
     except cst.ParserSyntaxError as exc:
         row, column = exc.raw_line, exc.raw_column + 1
         message = f"syntax error, file not checked: {exc.message}"
@@ -219,12 +219,15 @@ def _slice_from() -> Optional[int]:
     return MIN_CHARS
 
 
-def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]]) -> LintResult:
-    return lint_text_sliced(text, filename, rules, _slice_from())
+def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]], parser=None) -> LintResult:
+    """``parser``: a stand-in for ``libcst.parse_module`` (same result, same errors); the
+    language server passes one that re-parses only the statements an edit changed (its
+    texts are parsed whole: no slicing)."""
+    return lint_text_sliced(text, filename, rules, None if parser is not None else _slice_from(), parser)
 
 
 def lint_text_sliced(
-    text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int]
+    text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int], parser=None
 ) -> LintResult:
     """``lint_text`` with the slicing threshold given: texts of at least ``slice_from``
     characters are sliced, None parses every text whole (the tests compare both)."""
@@ -237,10 +240,10 @@ def lint_text_sliced(
         from fsdp_lint.slicing import MAX_SHARE, slice_text
 
         piece = slice_text(text, active, slice_from, 1.0 if slice_from == 0 else MAX_SHARE)
-    module, error = _parse(text if piece is None else piece.text, filename)
+    module, error = _parse(text if piece is None else piece.text, filename, parser)
     if error is not None and piece is not None:
         piece = None  # the error and its position come from the whole text, as without slicing
-        module, error = _parse(text, filename)
+        module, error = _parse(text, filename, parser)
     if error is not None:
         result.diagnostics.append(error)
         return result

@@ -1,7 +1,7 @@
 """Verdict logic on synthetic outcomes (no processes)."""
 
 from fsdp_lint.verify import judge as j
-from fsdp_lint.verify.launcher import ProgramOutcome, RankOutcome
+from fsdp_lint.verify.launcher import ProgramOutcome, RankOutcome, failure_line
 from fsdp_lint.verify.scenario import Scenario
 
 
@@ -45,3 +45,81 @@ def test_slowdown_threshold():
     assert j.judge(scenario, fast, fast).verdict == j.NOT_REPRODUCED
     assert j.summarize([("a", j.judge(scenario, fast, fast))]) == 0
     assert j.summarize([("a", j.Judgement(j.FIX_FAILED, "", ""))]) == 1
+
+
+def _logged(tmp_path, rank, text, **kw):
+    path = tmp_path / f"rank{rank}.log"
+    path.write_text(text)
+    return RankOutcome(rank, log_path=str(path), **kw)
+
+
+def test_a_warning_is_never_evidence_even_when_the_pattern_matches(tmp_path):
+    warning = (
+        "/x/torch/distributed/fsdp/_unshard_param_utils.py:290: UserWarning: offload_to_cpu=True and "
+        "rank0_only=False may result in the unsharded parameters being redundantly copied to CPU memory\n"
+        "  warnings.warn(\n"
+    )
+    scenario = Scenario(program="p", hazard="h", errors=(r"redundantly copied to CPU memory",))
+    warned = outcome(_logged(tmp_path, 0, warning, returncode=0, report={"hazard": False}), ok(1))
+    assert j.hazard_evidence(scenario, warned) == []
+    assert j.judge(scenario, warned, outcome(ok(0), ok(1))).verdict == j.NOT_REPRODUCED
+
+
+def test_evidence_is_the_exception_line_not_a_trailing_warning(tmp_path):
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "flagged.py", line 12, in main\n'
+        "[rank0]: NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet\n"
+        "[W1130 destroy_process_group() was not called before program exit, which can leak resources.\n"
+        "/x/warnings.py:3: UserWarning: something\n"
+    )
+    rank = _logged(tmp_path, 0, log, returncode=1)
+    assert rank.describe() == "exit 1: [rank0]: NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet"
+    assert failure_line("all good\nUserWarning: x\n") == "all good"
+
+
+def test_identical_reports_of_every_rank_are_said_once():
+    same = {"hazard": True, "detail": "norms 4.41, 9.52"}
+    both = outcome(RankOutcome(0, returncode=0, report=same), RankOutcome(1, returncode=0, report=same))
+    assert j.hazard_evidence(SCENARIO, both) == ["ranks 0, 1: norms 4.41, 9.52"]
+
+
+def test_hang_evidence_names_where_each_rank_waits(tmp_path):
+    program = tmp_path / "flagged.py"
+    program.write_text("import x\n\ndef main():\n    state = model.state_dict()\n    model(batch).sum().backward()\n")
+    dump = (
+        "Thread 0x00007f1 (most recent call first):\n"
+        '  File "/v/lib/torch/distributed/distributed_c10d.py", line 4001 in {func}\n'
+        '  File "/v/lib/torch/distributed/c10d_logger.py", line 81 in wrapper\n'
+        '  File "/v/lib/torch/nn/modules/module.py", line 2100 in {outer}\n'
+        f'  File "{program}", line {{line}} in main\n'
+        '  File "<string>", line 5 in <module>\n'
+    )
+    ranks = [
+        _logged(tmp_path, 0, "gathered\n" + dump.format(func="all_gather_into_tensor", outer="state_dict", line=4),
+                hung=True),
+        _logged(tmp_path, 1, dump.format(func="_reduce_scatter_base", outer="_call_impl", line=5), hung=True),
+    ]
+    hung = outcome(*ranks, timed_out=True)
+    hung.program, hung.timeout = str(program), 60
+    scenario = Scenario(program="p", hazard="hang", hang_is_hazard=True)
+    assert j.hazard_evidence(scenario, hung) == [
+        "hang at the 60 s timeout: "
+        "rank 0 `state = model.state_dict()` (line 4) -> state_dict -> blocked in torch.distributed "
+        "all_gather_into_tensor; "
+        "rank 1 `model(batch).sum().backward()` (line 5) -> blocked in torch.distributed _reduce_scatter_base"
+    ]
+    assert j.judge(scenario, hung, outcome(ok(0), ok(1))).verdict == j.CONFIRMED
+
+
+def test_writeback_cost_on_gpu_is_judged_by_its_ratio():
+    from fsdp_lint.scenarios.registry import scenario_for
+
+    gpu = scenario_for("FSD001", "cuda")
+    default = outcome(ok(0, step_time=0.0463), ok(1, step_time=0.0460))
+    no_writeback = outcome(ok(0, step_time=0.0282), ok(1, step_time=0.0280))
+    assert j.judge(gpu, default, no_writeback).verdict == j.CONFIRMED  # +64 %, as measured on 2 x H200
+    without_offload = outcome(ok(0, step_time=0.0123), ok(1, step_time=0.0123))
+    assert j.judge(gpu, without_offload, outcome(ok(0, step_time=0.0112), ok(1, step_time=0.0112))).verdict == (
+        j.NOT_REPRODUCED  # +10 %: the cost without offload stays under the threshold
+    )

@@ -23,12 +23,25 @@ from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.facts.values import first_positional, positional_args
 
 DIST_COLLECTIVES = frozenset(
     {
         "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
         "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
         "all_to_all", "all_to_all_single", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
+    }
+)
+# torchtune 0.6.1 training/_distributed.py: full_tensor() and a barrier per parameter
+# (l. 342-386), the optimizer state likewise (l. 388-409): every rank must call them.
+LIBRARY_GATHERS = frozenset(
+    {
+        f"torchtune.training.{name}"
+        for name in ("gather_cpu_state_dict", "get_full_optimizer_state_dict", "get_full_model_state_dict")
+    }
+    | {
+        f"torchtune.training._distributed.{name}"
+        for name in ("gather_cpu_state_dict", "get_full_optimizer_state_dict", "get_full_model_state_dict")
     }
 )
 FSDP_OPTIM_STATE = frozenset({"optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict"})
@@ -42,7 +55,7 @@ class Collective:
 
 
 def _model_arg(call: cst.Call) -> Optional[cst.BaseExpression]:
-    first = next((a for a in call.args if a.keyword is None and not a.star), None)
+    first = first_positional(call)
     if first is None:
         first = next((a for a in call.args if a.keyword is not None and a.keyword.value in ("model", "module")), None)
     return first.value if first is not None else None
@@ -71,7 +84,7 @@ def _on_subgroup(call: cst.Call, name: str) -> bool:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value in ("group", "process_group"):
             return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
-    positional = [a for a in call.args if a.keyword is None and not a.star]
+    positional = positional_args(call)
     group_position = 0 if name in ("barrier", "monitored_barrier") else 2
     return len(positional) > group_position
 
@@ -111,6 +124,8 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
                            and dotted_name(func.value) in fsdp_modules(facts).fsdp1):
             return Collective("a full FSDP state dict (an all-gather)")
         return None
+    if qualname in LIBRARY_GATHERS:
+        return Collective(f"`{site.attr}` (it gathers on every rank)")
     if qualname in torch_api.FULL_STATE_DICT_FUNCTIONS or (
         site.attr in FSDP_OPTIM_STATE and any(qualname == f"{c}.{site.attr}" for c in torch_api.FSDP_CLASS)
     ):

@@ -23,6 +23,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, Context, ModuleFacts
 from fsdp_lint.facts.scopes import argument_for, function_info, lookup, methods_of, module_functions
+from fsdp_lint.facts.values import literal_string
 
 MAX_DEPTH = 8
 # Methods that return their receiver (nn.Module's fluent API).
@@ -112,9 +113,78 @@ def _parameter(facts: ModuleFacts, name: str, ctx: Context, via, depth) -> Sourc
     return sources(facts, expr, caller[0], caller[1], via[:-1], depth + 1)
 
 
+def calls_of(facts: ModuleFacts, function) -> List[cst.Call]:
+    """The calls in this file that reach ``function``: by name; for a method, ``self.name(...)``
+    in its class and ``obj.name(...)`` on an instance of its class (``ema = EMA(m)``)."""
+    info = function_info(facts, function)
+    if info is None:
+        return []
+    found = []
+    for site in facts.calls:
+        func = site.node.func
+        if info.class_def is None and isinstance(func, cst.Name) and func.value == info.name:
+            found.append(site.node)
+        elif info.class_def is not None and isinstance(func, cst.Attribute) and func.attr.value == info.name:
+            receiver = dotted_name(func.value)
+            if receiver == "self":
+                if site.ctx.class_def is info.class_def:
+                    found.append(site.node)
+            elif receiver is not None and _instance_of(facts, func.value, site, info.class_def):
+                found.append(site.node)
+    return found
+
+
+def _instance_of(facts: ModuleFacts, expr, site, class_def) -> bool:
+    for source in sources(facts, expr, site.ctx, site.order).found:
+        call = source.expr
+        if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and facts.classes.get(call.func.value) is class_def:
+            return True
+    return False
+
+
 def _caller_context(facts: ModuleFacts, call: cst.Call) -> Optional[Tuple[Context, int]]:
     site = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(call))
     return (site.ctx, site.order) if site is not None else None
+
+
+def dict_entries(facts: ModuleFacts, value: cst.BaseExpression) -> Optional[dict]:
+    """A dict display or ``dict(k=v)``: its string keys and value expressions; None otherwise."""
+    entries = {}
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            if not isinstance(element, cst.DictElement):
+                return None  # ``{**other}``
+            key = literal_string(element.key)
+            if key is None:
+                return None
+            entries[key] = element.value
+        return entries
+    if isinstance(value, cst.Call) and dotted_name(value.func) == "dict" and facts.qualname(value.func) is None:
+        for arg in value.args:
+            if arg.star or arg.keyword is None:
+                return None
+            entries[arg.keyword.value] = arg.value
+        return entries
+    return None
+
+
+def _item(facts: ModuleFacts, expr: cst.Subscript, ctx: Context, order: int, via, depth) -> Sources:
+    """``cfg["key"]`` where ``cfg`` is a dict display or ``dict(...)`` (a constant, a variable,
+    an argument): the value stored under that key."""
+    index = expr.slice[0].slice if len(expr.slice) == 1 else None
+    key = literal_string(index.value) if isinstance(index, cst.Index) else None
+    if key is None:
+        return Sources(complete=False)
+    result = Sources()
+    containers = sources(facts, expr.value, ctx, order, via, depth + 1)
+    result.complete = containers.complete
+    for source in containers.found:
+        entries = dict_entries(facts, source.expr)
+        if entries is None or key not in entries:
+            result.complete = False
+            continue
+        result.add(sources(facts, entries[key], source.ctx, source.order, source.via, depth + 1))
+    return result
 
 
 def sources(
@@ -136,6 +206,8 @@ def sources(
         result = sources(facts, expr.body, ctx, order, via, depth + 1, extra)
         result.add(sources(facts, expr.orelse, ctx, order, via, depth + 1, extra))
         return result
+    if isinstance(expr, cst.Subscript):
+        return _item(facts, expr, ctx, order, via, depth)
     if isinstance(expr, cst.Call):
         func = expr.func
         if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF and facts.qualname(func) is None:
@@ -153,6 +225,8 @@ def sources(
     if found.param is not None:
         return _parameter(facts, found.param, ctx, via, depth)
     if not found.bindings:
+        if isinstance(expr, cst.Name) and (expr.value in facts.functions or expr.value in facts.classes):
+            return Sources([Source(expr, ctx, order, via)])  # a def or class of this file: itself
         return Sources(complete=False)
     result = Sources()
     for binding in found.bindings:

@@ -21,7 +21,8 @@ Sources (line numbers as of the versions named):
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import List, Optional
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -64,6 +65,8 @@ def framework_of(facts: ModuleFacts, receiver: cst.BaseExpression, site: CallSit
                 return "lightning_trainer"
             if qualname.startswith(("transformers.", "trl.")) and qualname.endswith("Trainer"):
                 return "hf_trainer"
+    if dotted_name(receiver) == "self" and site.ctx.class_def is not None and _subclasses_hf_trainer(facts, site.ctx.class_def):
+        return "hf_trainer"  # axolotl's and TRL's Trainer subclasses override save_model/_save_checkpoint
     name = (dotted_name(receiver) or "").rsplit(".", 1)[-1]
     if name in _FRAMEWORK_BY_NAME:
         return _FRAMEWORK_BY_NAME[name]
@@ -73,6 +76,18 @@ def framework_of(facts: ModuleFacts, receiver: cst.BaseExpression, site: CallSit
         if facts.imports.imports_from("transformers") or facts.imports.imports_from("trl"):
             return "hf_trainer"
     return None
+
+
+def _subclasses_hf_trainer(facts: ModuleFacts, class_def, depth: int = 0) -> bool:
+    """``class MyTrainer(SFTTrainer)``, also through classes of this file."""
+    for base in class_def.bases:
+        qualname = facts.qualname(base.value) or ""
+        if qualname.startswith(("transformers.", "trl.")) and qualname.endswith("Trainer"):
+            return True
+        local = facts.classes.get(dotted_name(base.value) or "")
+        if local is not None and local is not class_def and depth < 4 and _subclasses_hf_trainer(facts, local, depth + 1):
+            return True
+    return False
 
 
 def _shows_fsdp(facts: ModuleFacts) -> bool:
@@ -145,3 +160,62 @@ def _stale_plugin(facts: ModuleFacts) -> Optional[cst.Call]:
             return site.node
     return None
 
+
+
+@dataclass
+class FrameworkWrap:
+    """A framework call that shards a model and leaves an optimizer built before it on the
+    old parameters: ``site`` wraps the modules among its arguments; ``config`` is the line
+    that makes it so; ``how`` names it for messages."""
+
+    site: CallSite
+    config: cst.CSTNode
+    how: str
+
+
+def _model_parallel_strategy(facts: ModuleFacts) -> Optional[cst.Call]:
+    for site in facts.calls:
+        if (facts.qualname(site.node.func) or "").endswith("ModelParallelStrategy"):
+            return site.node
+    return None
+
+
+def framework_wraps(facts: ModuleFacts) -> List[FrameworkWrap]:
+    """- ``accelerator.prepare(...)`` with a ``FullyShardedDataParallelPlugin(use_orig_params=False)``
+      (FSDP1): accelerate 1.15.0 re-points the optimizer for FSDP2 only (l. 1766);
+    - ``fabric.setup(...)`` / ``fabric.setup_module(...)`` with ``ModelParallelStrategy``
+      (FSDP2 through the user's ``parallelize_fn``): Lightning 2.6.6 uses the base
+      ``setup_module_and_optimizers`` (``strategies/strategy.py`` l. 150-161), which maps no
+      parameters, while ``fully_shard`` installs new DTensor parameters."""
+    found: List[FrameworkWrap] = []
+    plugin = accelerate_fsdp1_keeps_stale_optimizer(facts)
+    strategy = _model_parallel_strategy(facts) if facts.imports.imports_from("lightning") else None
+    if plugin is None and strategy is None:
+        return found
+    for site in facts.calls:
+        func = site.node.func
+        if not isinstance(func, cst.Attribute) or site.attr not in ("prepare", "setup", "setup_module"):
+            continue
+        framework = framework_of(facts, func.value, site)
+        if plugin is not None and site.attr == "prepare" and framework == "accelerator":
+            found.append(FrameworkWrap(site, plugin, "accelerate's FSDP1 plugin with `use_orig_params=False`"))
+        elif strategy is not None and site.attr in ("setup", "setup_module") and framework == "fabric":
+            chosen = _fabric_strategy(facts, func.value, site)
+            if chosen is not None:
+                found.append(FrameworkWrap(site, chosen, "Lightning's `ModelParallelStrategy` (FSDP2)"))
+    return found
+
+
+def _fabric_strategy(facts: ModuleFacts, receiver, site: CallSite) -> Optional[cst.Call]:
+    """The ``ModelParallelStrategy(...)`` the ``Fabric(strategy=...)`` behind ``receiver`` uses."""
+    for source in sources(facts, receiver, site.ctx, site.order).found:
+        fabric = source.expr
+        if not (isinstance(fabric, cst.Call) and (facts.qualname(fabric.func) or "") in FABRIC):
+            continue
+        strategy = keyword_args(fabric).get("strategy")
+        if strategy is None:
+            continue
+        for chosen in sources(facts, strategy.value, source.ctx, source.order, source.via).found:
+            if isinstance(chosen.expr, cst.Call) and (facts.qualname(chosen.expr.func) or "").endswith("ModelParallelStrategy"):
+                return chosen.expr
+    return None

@@ -20,11 +20,11 @@ from typing import Dict, List, Optional, Set, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import Source, Sources, sources
+from fsdp_lint.facts.dataflow import Source, Sources, dict_entries, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import function_info
-from fsdp_lint.facts.values import UNKNOWN, keyword_args, literal_bool, literal_string
+from fsdp_lint.facts.values import UNKNOWN, first_positional, keyword_args, literal_bool, literal_string
 
 
 @dataclass(eq=False)
@@ -202,7 +202,7 @@ class Argument:
     sources: Sources = field(default_factory=Sources)  # empty: absent (the default)
 
 
-def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Tuple[Dict[str, Source], bool]]]:
+def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Dict[str, Source]]]:
     """The dicts ``**expr`` may expand to; None when unreadable."""
     star = _star_kwargs_of_call(facts, expr, ctx, via)
     if star is not None:
@@ -212,23 +212,10 @@ def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Tu
     if not found.complete or not found.found:
         return None
     for source in found.found:
-        value = source.expr
-        entries: Dict[str, Source] = {}
-        if isinstance(value, cst.Dict):
-            for element in value.elements:
-                if not isinstance(element, cst.DictElement):
-                    return None  # ``{**other}``
-                key = literal_string(element.key)
-                if key is None:
-                    return None
-                entries[key] = Source(element.value, source.ctx, source.order, source.via)
-        elif isinstance(value, cst.Call) and dotted_name(value.func) == "dict" and facts.qualname(value.func) is None:
-            for arg in value.args:
-                if arg.star or arg.keyword is None:
-                    return None
-                entries[arg.keyword.value] = Source(arg.value, source.ctx, source.order, source.via)
-        else:
+        raw = dict_entries(facts, source.expr)
+        if raw is None:
             return None
+        entries = {k: Source(v, source.ctx, source.order, source.via) for k, v in raw.items()}
         result.append(entries)
     return result
 
@@ -332,7 +319,7 @@ def offload_call(facts: ModuleFacts, source: Source) -> object:
         return True
     if qualname not in torch_api.CPU_OFFLOAD:
         return UNKNOWN
-    first = next((a for a in expr.args if a.keyword is None and not a.star), None)
+    first = first_positional(expr)
     arg = keyword_args(expr).get("offload_params", first)
     if arg is None:
         return False

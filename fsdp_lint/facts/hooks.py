@@ -9,7 +9,10 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.model import Context, ModuleFacts
+from fsdp_lint.facts.scopes import methods_of
+from fsdp_lint.facts.values import positional_args
 
 HOOK_REGISTRATIONS = frozenset(
     {
@@ -24,24 +27,33 @@ HOOK_REGISTRATIONS = frozenset(
 )
 
 
-def _hook_names(facts: ModuleFacts) -> Set[str]:
-    names = set()
+def _hook_functions(facts: ModuleFacts) -> Set[int]:
+    """The functions of this file registered as hooks (ids of their ``def`` nodes): by name,
+    through a variable, ``functools.partial(fn, ...)``, a bound method (``self.hook``), or an
+    instance of a class of this file (its ``__call__``)."""
+    found: Set[int] = set()
     for site in facts.calls:
-        if site.attr in HOOK_REGISTRATIONS and isinstance(site.node.func, cst.Attribute):
-            args = [a for a in site.node.args if a.keyword is None and not a.star]
-            hook = args[0].value if args else None
-            # functools.partial(fn, ...) registers fn
-            if isinstance(hook, cst.Call) and dotted_name(hook.func) in ("partial", "functools.partial"):
-                inner = [a for a in hook.args if a.keyword is None and not a.star]
-                hook = inner[0].value if inner else None
-            name = dotted_name(hook) if hook is not None else None
-            if name is not None:
-                names.add(name.rsplit(".", 1)[-1])
-    return names
-
-
-def hook_names(facts: ModuleFacts) -> Set[str]:
-    return facts.cached("hook_names", _hook_names)
+        if site.attr not in HOOK_REGISTRATIONS or not isinstance(site.node.func, cst.Attribute):
+            continue
+        args = positional_args(site.node)
+        if not args:
+            continue
+        for source in sources(facts, args[0].value, site.ctx, site.order).found:
+            hook = source.expr
+            if isinstance(hook, cst.Call) and facts.qualname(hook.func) == "functools.partial" and hook.args:
+                hook = hook.args[0].value
+            if isinstance(hook, cst.Call) and isinstance(hook.func, cst.Name) and hook.func.value in facts.classes:
+                found.update(id(i.node) for i in methods_of(facts, facts.classes[hook.func.value], "__call__"))
+                continue
+            dotted = dotted_name(hook)
+            if dotted is None:
+                continue
+            name = dotted.rsplit(".", 1)[-1]
+            if dotted.startswith("self.") and source.ctx.class_def is not None:
+                found.update(id(i.node) for i in methods_of(facts, source.ctx.class_def, name))
+            else:
+                found.update(id(i.node) for i in facts.functions.get(name, ()))
+    return found
 
 
 def _module_classes(facts: ModuleFacts) -> Set[str]:
@@ -68,7 +80,7 @@ def runs_in_forward_or_backward(facts: ModuleFacts, ctx: Context) -> str:
     function = ctx.function
     if function is None:
         return ""
-    if function.name.value in hook_names(facts):
+    if id(function) in facts.cached("hook_functions", _hook_functions):
         return f"hook `{function.name.value}`"
     if (
         function.name.value == "forward"

@@ -25,6 +25,7 @@ from fsdp_lint.facts.model import (
     WithBlock,
 )
 from fsdp_lint.facts.walk import Exit, push_children, walk
+from fsdp_lint.facts.values import first_positional
 
 # Calls whose presence marks a training step.
 STEP_ATTRS = frozenset({"backward", "step"})
@@ -315,7 +316,8 @@ class _Indexer:
             # the receiver (``p.add_``, ``m.load_state_dict``) or the first argument
             # (``init.zeros_(w)``, ``setattr(m, ...)``) is what changes
             targets = [node.func.value] if isinstance(node.func, cst.Attribute) else []
-            first = next((a.value for a in node.args if a.keyword is None and not a.star), None)
+            first = first_positional(node)
+            first = first.value if first is not None else None
             if first is not None:
                 targets.append(first)
             self._mutation(node, tuple(targets))

@@ -24,7 +24,7 @@ from typing import List, Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import Source
+from fsdp_lint.facts.dataflow import Source, calls_of
 from fsdp_lint.facts.fsdp_modules import FsdpWrap, Origin, fsdp_modules, offload_call, origins, wrap_config
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.values import UNKNOWN
@@ -49,9 +49,21 @@ def _compute(facts: ModuleFacts) -> List[OffloadEvidence]:
             evidence.append(OffloadEvidence(CPU_OFFLOAD, site.node))
         elif qualname in torch_api.CPU_OFFLOAD_POLICY:
             evidence.append(OffloadEvidence(OFFLOAD_POLICY, site.node))
-    for wrap in fsdp_modules(facts).wraps:
-        if wrap_config(facts, Origin(wrap)).cpu_device:
-            evidence.append(OffloadEvidence(CPU_DEVICE, wrap.site.node, wrap))
+    seen = {id(e.node) for e in evidence}
+    modules = fsdp_modules(facts)
+    for wrap in modules.wraps + modules.fsdp2_wraps:
+        # the construction as written, and as each call of its enclosing function builds it
+        callers = calls_of(facts, wrap.site.ctx.function) if wrap.site.ctx.function is not None else []
+        for origin in [Origin(wrap)] + [Origin(wrap, (call,)) for call in callers]:
+            config = wrap_config(facts, origin)
+            if config.cpu_device and id(wrap.site.node) not in seen:
+                evidence.append(OffloadEvidence(CPU_DEVICE, wrap.site.node, wrap))
+                seen.add(id(wrap.site.node))
+            node = config.offload_node
+            if config.offload is True and node is not None and id(node) not in seen:
+                kind = OFFLOAD_POLICY if wrap.fsdp2 else CPU_OFFLOAD
+                evidence.append(OffloadEvidence(kind, node, wrap))
+                seen.add(id(node))
     return evidence
 
 
@@ -78,4 +90,5 @@ def params_on_cpu(facts: ModuleFacts, expr, ctx, order: int) -> List[OffloadEvid
             unknown = True
     if evidence or not unknown:
         return evidence
-    return list(cpu_param_evidence(facts))
+    # the module-level answer: not this model's own construction
+    return [OffloadEvidence(e.kind, e.node) for e in cpu_param_evidence(facts)]

@@ -5,15 +5,16 @@ holds ``M.parameters()`` / ``M.named_parameters()`` (also inside lists, dicts an
 comprehensions) and whose callee is a ``torch.optim`` class (any alias, also held in a
 variable: ``optimizer_cls = torch.optim.AdamW``), a class whose name says optimizer
 (``FusedAdam``, ``Adam8bit``, ``Lion``, ...), or a name that says so (``optimizer_cls``,
-``self.optim_class``).  ``M.configure_optimizers(...)``, and a call of a method of this
-file that builds an optimizer from ``self.parameters()``, build one from ``M`` too.
+``self.optim_class``).  ``M.configure_optimizers(...)``, and a call of a function or method of this file that
+returns an optimizer it builds from ``self.parameters()``, ``self.model.parameters()`` or a
+parameter's ``.parameters()``, build one from the caller's module too.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -21,6 +22,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
+from fsdp_lint.facts.scopes import argument_for, function_info, methods_of, module_functions
 from fsdp_lint.facts.walk import push_children
 
 _OPTIMIZER_NAME = re.compile(r"(Adam|AdamW|SGD|Adagrad|Adadelta|Adamax|RMSprop|Rprop|Lion|Lamb|LAMB|Adafactor)\w*$")
@@ -76,14 +78,46 @@ def _params_arg(call: cst.Call) -> Optional[cst.Arg]:
     return next((a for a in call.args if (a.keyword is None and not a.star) or (a.keyword and a.keyword.value == "params")), None)
 
 
-def _factory_methods(facts: ModuleFacts, found: List[OptimizerSite]) -> Set[str]:
-    """Methods of this file's classes that build an optimizer from ``self.parameters()``."""
-    names = set(OPTIMIZER_FACTORY_METHODS)
-    for optimizer in found:
-        function = optimizer.site.ctx.function
-        if optimizer.module == "self" and function is not None and optimizer.site.ctx.class_def is not None:
-            names.add(function.name.value)
-    return names
+def _factories(facts: ModuleFacts, found: List[OptimizerSite]) -> Dict[int, Tuple[object, str]]:
+    """Functions and methods of this file that return an optimizer they build: for each,
+    (its FunctionInfo, the owner as the function sees it: "self", "self.model", or a
+    parameter's name)."""
+    result: Dict[int, Tuple[object, str]] = {}
+    built = {id(o.site.node): o for o in found}
+    named = {}
+    for o in found:
+        if o.target is not None:
+            named[(id(o.site.ctx.function), o.target)] = o
+    for ret in facts.returns:
+        value, function = ret.value, ret.ctx.function
+        optimizer = built.get(id(value))
+        if optimizer is None and value is not None:
+            optimizer = named.get((id(function), dotted_name(value)))
+        if optimizer is None or optimizer.module is None:
+            continue
+        info = function_info(facts, function)
+        if info is None:
+            continue
+        head = optimizer.module.split(".", 1)[0]
+        if (head == "self" and info.class_def is not None) or head in info.param_names:
+            result[id(function)] = (info, optimizer.module)
+    return result
+
+
+def _owner_at_call(facts: ModuleFacts, site: CallSite, info, owner: str) -> Optional[cst.BaseExpression]:
+    """The caller's expression for the factory's owner (``self.model`` -> ``trainer.model``)."""
+    head, _, rest = owner.partition(".")
+    if head == "self":
+        func = site.node.func
+        receiver = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
+        if receiver is None:
+            return None
+        return cst.parse_expression(receiver + ("." + rest if rest else ""))
+    known, expr = argument_for(site.node, info, head)
+    base = dotted_name(expr) if known and expr is not None else None
+    if base is None:
+        return None
+    return cst.parse_expression(base + ("." + rest if rest else ""))
 
 
 def _compute(facts: ModuleFacts) -> List[OptimizerSite]:
@@ -103,14 +137,28 @@ def _compute(facts: ModuleFacts) -> List[OptimizerSite]:
                 found.append(OptimizerSite(site, owner, targets.get(id(site.node))))
                 continue
         candidates.append(site)
-    factories = _factory_methods(facts, found)
+    factories = _factories(facts, found)
     for site in candidates:
         func = site.node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in factories:
+        if isinstance(func, cst.Attribute) and func.attr.value in OPTIMIZER_FACTORY_METHODS:
             owner = func.value
-            if dotted_name(owner) not in (None, "self"):
-                found.append(OptimizerSite(site, owner, targets.get(id(site.node))))
+        else:
+            infos = [i for i in _called(facts, site) if id(i.node) in factories]
+            if len(infos) != 1:
+                continue
+            owner = _owner_at_call(facts, site, infos[0], factories[id(infos[0].node)][1])
+        if owner is not None and dotted_name(owner) not in (None, "self"):
+            found.append(OptimizerSite(site, owner, targets.get(id(site.node))))
     return found
+
+
+def _called(facts: ModuleFacts, site: CallSite):
+    func = site.node.func
+    if isinstance(func, cst.Name) and facts.qualname(func) is None:
+        return module_functions(facts, func.value)
+    if isinstance(func, cst.Attribute) and dotted_name(func.value) == "self" and site.ctx.class_def is not None:
+        return methods_of(facts, site.ctx.class_def, func.attr.value)
+    return []
 
 
 def optimizers(facts: ModuleFacts) -> List[OptimizerSite]:

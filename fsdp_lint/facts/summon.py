@@ -8,19 +8,19 @@ form ``m.summon_full_params(m, ...)``.  fairscale's instance method
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.edits import remove_argument, set_keyword
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.dataflow import dict_entries, sources
 from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins, other_fsdp_imported
 from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.param_writes import block_edits_params
-from fsdp_lint.facts.values import UNKNOWN, bind_arguments, literal_bool
+from fsdp_lint.facts.values import UNKNOWN, bind_arguments, first_positional, literal_bool
 
 
 @dataclass(eq=False)
@@ -28,6 +28,14 @@ class SummonCall:
     site: CallSite
     args: Dict[str, cst.Arg]
     opaque: bool  # *args/**kwargs: some arguments cannot be known
+    # arguments read from ``**kwargs`` dicts (``gather_kw = dict(rank0_only=True)``): known
+    # values, but a fix must not add a keyword the dict may also pass
+    from_dicts: Dict[str, cst.BaseExpression] = field(default_factory=dict)
+
+    @property
+    def fixable(self) -> bool:
+        """A fix may add or drop keywords: no ``*args``/``**kwargs`` in the call."""
+        return not self.opaque and not self.from_dicts and not any(a.star for a in self.node.args)
 
     @property
     def node(self) -> cst.Call:
@@ -53,9 +61,11 @@ class SummonCall:
     def value(self, name: str):
         """True/False when the argument is literal or absent (its default), UNKNOWN otherwise."""
         arg = self.args.get(name)
-        if arg is None:
-            return UNKNOWN if self.opaque else torch_api.SUMMON_DEFAULTS[name]
-        return literal_bool(arg.value)
+        if arg is not None:
+            return literal_bool(arg.value)
+        if name in self.from_dicts:
+            return literal_bool(self.from_dicts[name])
+        return UNKNOWN if self.opaque else torch_api.SUMMON_DEFAULTS[name]
 
     def block_may_edit(self, facts: ModuleFacts) -> bool:
         """True unless a with-statement enters this call and its body provably edits no
@@ -65,30 +75,6 @@ class SummonCall:
             return True
         modules = [s.module_name for s in summons_entering(facts, block)]
         return block_edits_params(facts, block, modules)
-
-    def with_argument(self, name: str, code: str) -> cst.Call:
-        """The call with ``name=code`` (a positional argument is replaced where it stands)."""
-        return self.with_arguments({name: code})
-
-    def with_arguments(self, values: Dict[str, str]) -> cst.Call:
-        """The call with each ``name=code``; new keywords are appended, so positions stay valid."""
-        call = self.node
-        for name, code in values.items():
-            arg = self.args.get(name)
-            position = None
-            if arg is not None and arg.keyword is None:
-                position = list(self.node.args).index(arg)
-            call = set_keyword(call, name, code, position)
-        return call
-
-    def without_argument(self, name: str) -> cst.Call:
-        """The call without ``name``; a positional one followed by others becomes ``False``."""
-        arg = self.args[name]
-        args = list(self.node.args)
-        index = args.index(arg)
-        if arg.keyword is None and index != len(args) - 1:
-            return self.with_argument(name, "False")
-        return remove_argument(self.node, index)
 
 
 def _is_torch_summon(facts: ModuleFacts, site: CallSite) -> bool:
@@ -108,7 +94,7 @@ def _is_torch_summon(facts: ModuleFacts, site: CallSite) -> bool:
     # An FSDP module reached some other way (a parameter, a return value): the torch
     # staticmethod called on an instance passes the module again, which fairscale's
     # method never does; require a torch FSDP import in the module as well.
-    first = next((a for a in site.node.args if a.keyword is None and not a.star), None)
+    first = first_positional(site.node)
     return (
         first is not None
         and dotted_name(first.value) == receiver
@@ -121,8 +107,28 @@ def _compute(facts: ModuleFacts) -> List[SummonCall]:
     for site in facts.calls:
         if site.attr == torch_api.SUMMON and _is_torch_summon(facts, site):
             bound, opaque = bind_arguments(site.node.args, torch_api.SUMMON_PARAMS)
-            summons.append(SummonCall(site, bound, opaque))
+            from_dicts = {}
+            if opaque:
+                from_dicts, opaque = _expand_dicts(facts, site)
+            summons.append(SummonCall(site, bound, opaque, from_dicts))
     return summons
+
+
+def _expand_dicts(facts: ModuleFacts, site: CallSite):
+    """The keywords ``**d`` arguments pass when each ``d`` is one dict display or ``dict(...)``
+    (``facts.dataflow``); (values, still opaque)."""
+    values: Dict[str, cst.BaseExpression] = {}
+    for arg in site.node.args:
+        if arg.star == "*":
+            return {}, True
+        if arg.star != "**":
+            continue
+        found = sources(facts, arg.value, site.ctx, site.order)
+        entries = [dict_entries(facts, s.expr) for s in found.found]
+        if not found.complete or len(entries) != 1 or entries[0] is None:
+            return {}, True
+        values.update(entries[0])
+    return values, False
 
 
 def summon_calls(facts: ModuleFacts) -> List[SummonCall]:

@@ -56,3 +56,7 @@ def keyword_args(call: cst.Call) -> Dict[str, cst.Arg]:
 
 def positional_args(call: cst.Call) -> List[cst.Arg]:
     return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def first_positional(call: cst.Call) -> Optional[cst.Arg]:
+    return next((a for a in call.args if a.keyword is None and not a.star), None)

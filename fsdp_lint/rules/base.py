@@ -7,8 +7,10 @@ Every rule lives in its own module under ``fsdp_lint/rules/`` and carries:
   rule's examples, and the test suite checks they behave as documented;
 - ``markers``: a text pre-filter; a file is parsed for this rule only when, for every
   group, it contains at least one of the group's strings;
-- ``hazard_fixed_in``: the torch version whose runtime no longer shows the hazard;
-- ``scenario``: the runtime verifier's scenario (``fsdp_lint/scenarios/``).
+- ``hazard_fixed_in``: the torch version whose runtime no longer shows the hazard.
+
+A rule's runtime scenario is declared on the verifier's side, keyed by the rule's code
+(``fsdp_lint/scenarios/registry.py``): rules never import the verifier.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ if TYPE_CHECKING:  # rule metadata must load without libcst (fast start-up)
     import libcst as cst
 
     from fsdp_lint.facts.model import ModuleFacts
-    from fsdp_lint.verify.scenario import Scenario
 
 FIX_ALWAYS = "always"
 FIX_SOMETIMES = "sometimes"
@@ -68,7 +69,6 @@ class Rule:
     markers: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
     hazard_fixed_in: ClassVar[Optional[str]] = None
     doc: ClassVar[str] = ""
-    scenario: ClassVar[Optional["Scenario"]] = None
 
     def check(self, facts: ModuleFacts, report: Reporter) -> None:  # pragma: no cover
         raise NotImplementedError

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from fsdp_lint.facts.loops import per_step_loop
+from fsdp_lint.facts.loops import per_step_via_call
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonInTrainingLoop(Rule):
@@ -14,18 +13,6 @@ class SummonInTrainingLoop(Rule):
     summary = "`summon_full_params` runs on every iteration of a training loop"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("backward", ".step"))
-    scenario = Scenario(
-        program="fsd002_summon_in_training_loop.py",
-        fixed_by=((
-            "        with FSDP.summon_full_params(model, writeback=False):\n"
-            "            count = sum(p.numel() for p in model.parameters())\n",
-            "        if step % 1000 == 0:\n"
-            "            with FSDP.summon_full_params(model, writeback=False):\n"
-            "                count = sum(p.numel() for p in model.parameters())\n",
-        ),),
-        hazard="median training step at least 1.10x slower than the same loop without the per-step summon",
-        slowdown=1.10,
-    )
     doc = """\
 ## What it does
 Checks for a torch FSDP `summon_full_params(...)` call that runs on every iteration of a
@@ -34,7 +21,9 @@ training loop. A training loop is a `for`/`while` loop that is the innermost loo
 `scaler.scale(loss).backward()`) or a `.step(...)` call (`optimizer.step()`) in the same
 function. A summon under a periodic guard (an `if` whose test uses `%`, as in
 `if step % eval_every == 0:`), or in a branch that leaves the loop, is not flagged; nor is a
-summon in an outer epoch loop, or in an evaluation loop that never steps.
+summon in an outer epoch loop, or in an evaluation loop that never steps. A summon in a
+function or method of the same file that the loop calls on every step
+(`ema.update(model)`, `log_weight_norm(model)`) runs on every step too (one call level).
 
 ## Why is this bad?
 Each summon all-gathers every parameter of the module: one extra all-gather of the whole
@@ -79,13 +68,15 @@ computing the statistic from the local shards plus one scalar `torch.distributed
 
     def check(self, facts, report):
         for summon in summon_calls(facts):
-            loop = per_step_loop(summon.site.ctx)
-            if loop is None:
+            found = per_step_via_call(facts, summon.site.ctx)
+            if found is None:
                 continue
+            loop, call = found
+            through = f" (through the call at line {report.row(call.node)})" if call is not None else ""
             report(
                 summon.node,
                 "`summon_full_params` runs on every iteration of the training loop at line "
-                f"{report.row(loop.node)}: one extra all-gather of all parameters per step; "
+                f"{report.row(loop.node)}{through}: one extra all-gather of all parameters per step; "
                 "move it out of the loop, guard it to every N steps (`if step % N == 0:`), or "
                 "compute from the local shards plus an `all_reduce`",
                 statement=summon.site.ctx.statement,

@@ -7,8 +7,8 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.offload import CPU_DEVICE, cpu_param_evidence
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.facts.values import keyword_args, literal_bool
+from fsdp_lint.fixes import drop_argument
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonOffloadToCpuOnCpuParams(Rule):
@@ -18,14 +18,6 @@ class SummonOffloadToCpuOnCpuParams(Rule):
     fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params", "FullStateDictConfig", "StateDictOptions"), ("cpu",))
     hazard_fixed_in = "2.14.1"
-    scenario = Scenario(
-        program="fsd003_summon_offload_to_cpu_on_cpu_params.py",
-        hazard="RuntimeError (setStorage ... storage of size 0) at entry, SIGSEGV on access, or a changed shard",
-        errors=(r"setStorage: sizes \[\d+\].*storage of size 0",),
-        signal_is_hazard=True,
-        devices=("cpu",),
-        not_on={"cuda": "the bug needs FSDP parameters on the CPU device; on CUDA they are on the GPU"},
-    )
     doc = """\
 ## What it does
 Checks for `offload_to_cpu=True` in a torch FSDP `summon_full_params(...)` call in a module
@@ -95,8 +87,8 @@ configurations get no automatic fix (dropping `cpu_offload` changes what is save
                     summon.node,
                     f"`offload_to_cpu=True` on parameters that already live on the CPU ({where}): "
                     "crashes or corrupts shards on torch < 2.14.1 (pytorch#188989); drop it",
-                    FixProposal(SAFE, "Remove `offload_to_cpu=True`", summon.node,
-                                summon.without_argument("offload_to_cpu")),
+                    (FixProposal(SAFE, "Remove `offload_to_cpu=True`", summon.node,
+                                drop_argument(summon.node, summon.args, "offload_to_cpu")) if summon.fixable else None),
                     statement=summon.site.ctx.statement,
                 )
         for site in facts.calls:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fsdp_lint.diagnostics import SAFE, UNSAFE
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.fixes import set_arguments
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonRank0OnlyWriteback(Rule):
@@ -14,11 +14,6 @@ class SummonRank0OnlyWriteback(Rule):
     summary = "`rank0_only=True` with `writeback` missing or True: always NotImplementedError"
     fix_availability = FIX_ALWAYS
     markers = (("summon_full_params",), ("rank0_only",))
-    scenario = Scenario(
-        program="fsd004_summon_rank0_only_writeback.py",
-        hazard="NotImplementedError: writeback=True and rank0_only=True is not supported yet",
-        errors=(r"NotImplementedError: writeback=True and rank0_only=True is not supported yet",),
-    )
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., rank0_only=True)` calls whose `writeback` is
@@ -64,11 +59,11 @@ the `with` block that enters the call provably does not modify parameters, unsaf
                     summon.node,
                     "`rank0_only=True` requires `writeback=False`: this call raises "
                     "`NotImplementedError: writeback=True and rank0_only=True is not supported yet`",
-                    FixProposal(
+                    (FixProposal(
                         UNSAFE if summon.block_may_edit(facts) else SAFE,
                         "Pass `writeback=False`",
                         summon.node,
-                        summon.with_argument("writeback", "False"),
-                    ),
+                        set_arguments(summon.node, summon.args, {"writeback": "False"}),
+                    ) if summon.fixable else None),
                     statement=summon.site.ctx.statement,
                 )

@@ -6,7 +6,6 @@ from fsdp_lint.facts.param_writes import param_edits
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.facts.summon import summon_calls, summons_entering
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonRank0OnlyEdit(Rule):
@@ -15,14 +14,6 @@ class SummonRank0OnlyEdit(Rule):
     summary = "parameters edited in a `rank0_only=True` summon, or on rank 0 only in a writeback summon"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("rank",))
-    scenario = Scenario(
-        program="fsd005_summon_rank0_only_edit.py",
-        fixed_by=((
-            "with FSDP.summon_full_params(model, rank0_only=True, writeback=False):",
-            "with FSDP.summon_full_params(model):",
-        ),),
-        hazard="after the block, some ranks' shards carry the edit and others do not (ranks diverge)",
-    )
     doc = """\
 ## What it does
 Checks for parameters modified (in-place tensor methods such as `add_`/`copy_`/`zero_`,

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.fixes import set_arguments
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
-
-WARNING = (
-    r"offload_to_cpu=True and rank0_only=False may result in the ?unsharded parameters being "
-    r"redundantly copied to CPU memory"
-)
 
 
 class SummonOffloadToCpuWithoutRank0Only(Rule):
@@ -19,21 +14,12 @@ class SummonOffloadToCpuWithoutRank0Only(Rule):
     summary = "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model to host memory"
     fix_availability = FIX_ALWAYS
     markers = (("summon_full_params",), ("offload_to_cpu",))
-    scenario = Scenario(
-        program="fsd006_summon_offload_to_cpu_without_rank0_only.py",
-        hazard="PyTorch's own UserWarning: the full parameters are copied to CPU memory on every rank (CPU OOM risk)",
-        errors=(WARNING,),
-        unsafe_fix=True,
-        devices=("cuda",),
-        not_on={
-            "cpu": "offload_to_cpu=True on CPU-resident parameters hits pytorch#188989 (FSD003) before 2.14.1; "
-            "the scenario needs parameters on a GPU"
-        },
-    )
     doc = """\
 ## What it does
-Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` calls without a literal
-`rank0_only=True`.
+Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` calls that leave
+`rank0_only` at its default or pass a literal `False` (also through a `**kwargs` dict). A
+non-literal `rank0_only` (a variable, a test parameter) is an explicit choice and is not
+flagged.
 
 ## Why is this bad?
 Every rank then copies the whole unsharded model into host memory; ranks on one host share
@@ -42,6 +28,11 @@ that memory, so an 8-GPU node holds eight full copies. PyTorch warns at entry:
 parameters being redundantly copied to CPU memory for GPUs sharing the same CPU memory,
 which risks CPU OOM. We recommend using offload_to_cpu=True with rank0_only=True.` (sic;
 seen on CPU with torch 2.13.0 and on 2 GPUs with torch 2.11).
+
+The verifier measures the copies rather than trusting the warning: each rank's resident host
+memory inside the block against the full model's size, and the same with `rank0_only=True`
+in the fixed program (only rank 0 grows). On CPU this needs torch >= 2.14.1: earlier releases
+hit pytorch#188989 (FSD003) on CPU-resident parameters first.
 
 ## Example
 ```python
@@ -75,12 +66,12 @@ changes what code there computes.
             values = {"rank0_only": "True"}
             if summon.value("writeback") is not False:
                 values["writeback"] = "False"
-            new = summon.with_arguments(values)
+            new = set_arguments(summon.node, summon.args, values)
             report(
                 summon.node,
                 "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model into "
                 "host memory (PyTorch warns: risks CPU OOM); pass `rank0_only=True, writeback=False`",
-                FixProposal(UNSAFE, "Pass `rank0_only=True` (and `writeback=False`)", summon.node, new),
+                (FixProposal(UNSAFE, "Pass `rank0_only=True` (and `writeback=False`)", summon.node, new) if summon.fixable else None),
                 statement=summon.site.ctx.statement,
             )
 

@@ -6,7 +6,6 @@ from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.summon import summon_blocks
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class StepInsideSummon(Rule):
@@ -15,20 +14,6 @@ class StepInsideSummon(Rule):
     summary = "the FSDP model's forward or a `.backward()` runs inside a `summon_full_params` block"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",),)
-    scenario = Scenario(
-        program="fsd007_step_inside_summon.py",
-        fixed_by=((
-            "    with FSDP.summon_full_params(model):\n"
-            "        loss = model(batch).sum()\n"
-            "        loss.backward()\n",
-            "    loss = model(batch).sum()\n"
-            "    loss.backward()\n"
-            "    with FSDP.summon_full_params(model):\n"
-            "        loss = loss + 0 * sum(p.sum() for p in model.parameters())\n",
-        ),),
-        hazard="AssertionError at exit (use_orig_params=False), or weights changed with no optimizer step",
-        errors=(r"AssertionError: Expects tensor to be unsharded",),
-    )
     doc = """\
 ## What it does
 Checks for a forward call of an FSDP-wrapped model (the summoned module, or any name bound

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fsdp_lint.facts.hooks import runs_in_forward_or_backward
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonInForward(Rule):
@@ -14,15 +13,6 @@ class SummonInForward(Rule):
     summary = "`summon_full_params` inside `forward()` or a forward/backward hook"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("forward", "hook"))
-    scenario = Scenario(
-        program="fsd008_summon_in_forward.py",
-        fixed_by=(
-            ("    net[0].register_forward_hook(log_norms)\n", ""),
-            ("    _harness.report(", "    log_norms(model, None, None)  # after the forward, not as a hook\n    _harness.report("),
-        ),
-        hazard="AssertionError: Cannot manually unshard parameters during forward/backward",
-        errors=(r"Cannot manually unshard parameters during forward/backward",),
-    )
     doc = """\
 ## What it does
 Checks for a torch FSDP `summon_full_params(...)` call inside the `forward()` method of a

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fsdp_lint.facts.fsdp_modules import wrap_config
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonWithGradsUnsupported(Rule):
@@ -14,15 +13,6 @@ class SummonWithGradsUnsupported(Rule):
     summary = "`with_grads=True` with `offload_to_cpu=True` or without `use_orig_params=True`: NotImplementedError"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("with_grads",))
-    scenario = Scenario(
-        program="fsd009_summon_with_grads_unsupported.py",
-        fixed_by=((
-            "model = FSDP(_harness.mlp(), device_id=where)",
-            "model = FSDP(_harness.mlp(), device_id=where, use_orig_params=True)",
-        ),),
-        hazard="NotImplementedError: with_grads=..., use_orig_params=..., offload_to_cpu=... is not supported yet",
-        errors=(r"NotImplementedError: with_grads=True, use_orig_params=\w+, offload_to_cpu=\w+ is not supported",),
-    )
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., with_grads=True)` calls that also pass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts.fsdp_modules import wrap_config
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.fixes import drop_argument
 from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonOffloadToCpuNoShard(Rule):
@@ -15,12 +15,6 @@ class SummonOffloadToCpuNoShard(Rule):
     summary = "`offload_to_cpu=True` on a model wrapped with `ShardingStrategy.NO_SHARD`: NotImplementedError"
     fix_availability = FIX_ALWAYS
     markers = (("summon_full_params",), ("NO_SHARD",), ("offload_to_cpu",))
-    scenario = Scenario(
-        program="fsd010_summon_offload_to_cpu_no_shard.py",
-        hazard="NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",
-        errors=(r"NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",),
-        unsafe_fix=True,
-    )
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` on a module wrapped in
@@ -69,7 +63,7 @@ parameters on their device instead of on the CPU (code there may rely on CPU ten
                 summon.node,
                 f"`offload_to_cpu=True` on a NO_SHARD model (line {report.row(no_shard[0].wrap.site.node)}) raises "
                 "`NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet`",
-                FixProposal(UNSAFE, "Remove `offload_to_cpu=True`", summon.node,
-                            summon.without_argument("offload_to_cpu")),
+                (FixProposal(UNSAFE, "Remove `offload_to_cpu=True`", summon.node,
+                            drop_argument(summon.node, summon.args, "offload_to_cpu")) if summon.fixable else None),
                 statement=summon.site.ctx.statement,
             )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonOnFullyShard(Rule):
@@ -14,15 +13,6 @@ class SummonOnFullyShard(Rule):
     summary = "`FSDP.summon_full_params` on a module sharded with FSDP2 `fully_shard`: a silent no-op"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("fully_shard",))
-    scenario = Scenario(
-        program="fsd011_summon_on_fully_shard.py",
-        fixed_by=((
-            "    with FSDP.summon_full_params(model, writeback=False):\n"
-            "        seen = [tuple(p.to_local().shape) if hasattr(p, \"to_local\") else tuple(p.shape) for p in model.parameters()]\n",
-            "    seen = [tuple(p.full_tensor().shape) for p in model.parameters()]\n",
-        ),),
-        hazard="inside the block the parameters are still sharded DTensors (local shape differs from the full shape)",
-    )
     doc = """\
 ## What it does
 Checks for torch FSDP1 `summon_full_params(m, ...)` where `m` is sharded in this file with

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class SummonNotEntered(Rule):
@@ -14,16 +13,6 @@ class SummonNotEntered(Rule):
     )
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",),)
-    scenario = Scenario(
-        program="fsd012_summon_not_entered.py",
-        fixed_by=((
-            "    FSDP.summon_full_params(model, writeback=False)\n"
-            "    seen = [tuple(p.shape) for p in model.parameters()]\n",
-            "    with FSDP.summon_full_params(model, writeback=False):\n"
-            "        seen = [tuple(p.shape) for p in model.parameters()]\n",
-        ),),
-        hazard="after the call the parameters are still sharded (shapes differ from the full ones)",
-    )
     doc = """\
 ## What it does
 Checks for a `summon_full_params(...)` call used as a bare expression statement, whatever

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from fsdp_lint.facts.flow import can_follow
-from fsdp_lint.facts.frameworks import accelerate_fsdp1_keeps_stale_optimizer, framework_of
+from fsdp_lint.facts.frameworks import framework_wraps
 from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, origins, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.optimizers import aliases, optimizers, used_after
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class OptimizerBeforeWrap(Rule):
@@ -19,19 +18,9 @@ class OptimizerBeforeWrap(Rule):
     )
     fix_availability = FIX_NEVER
     markers = (
-        ("FullyShardedDataParallel", "fully_shard", "FullyShardedDataParallelPlugin"),
+        ("FullyShardedDataParallel", "fully_shard", "FullyShardedDataParallelPlugin", "ModelParallelStrategy"),
         ("parameters(",),
         ("optim", "Adam", "SGD", "Adagrad", "Adadelta", "RMSprop", "Rprop", "Lion", "Lamb", "LAMB", "Adafactor"),
-    )
-    scenario = Scenario(
-        program="fsd101_optimizer_before_wrap.py",
-        fixed_by=((
-            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-            "    model = FSDP(model, device_id=where)\n",
-            "    model = FSDP(model, device_id=where)\n"
-            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
-        ),),
-        hazard="after optimizer steps with non-zero gradients the model's weights have not changed",
     )
     doc = """\
 ## What it does
@@ -52,6 +41,10 @@ Through accelerate (1.15.0): `accelerator.prepare(model, optimizer)` with a
 the optimizer's parameters alone (accelerate re-points them for FSDP2 only,
 `accelerator.py` l. 1766); with the plugin's value left to the launcher (`accelerate launch`
 defaults to `True`) nothing is flagged.
+Through Lightning Fabric (2.6.6): `fabric.setup(model, optimizer)` / `fabric.setup_module(model)`
+with `ModelParallelStrategy` (FSDP2 through the user's `parallelize_fn`) maps no optimizer
+parameters (`strategies/strategy.py` l. 150-161); with `FSDPStrategy` it wraps with
+`use_orig_params=True` by default and the joint setup is documented.
 
 ## Why is this bad?
 FSDP replaces the module's parameters (by flat parameters, or FSDP2 DTensors). The
@@ -136,31 +129,24 @@ other code with it.
 
     @staticmethod
     def _framework_wrap(facts, report, optimizer, same):
-        """``accelerator.prepare(model, optimizer)`` with an FSDP1 plugin that sets
-        ``use_orig_params=False``: accelerate wraps the model and leaves the optimizer alone."""
-
-        plugin = accelerate_fsdp1_keeps_stale_optimizer(facts)
+        """A framework call that shards the model and leaves this optimizer alone
+        (``facts.frameworks.framework_wraps``)."""
         opt = optimizer.site
-        if plugin is None:
-            return
-        for site in facts.calls:
-            func = site.node.func
-            if site.attr != "prepare" or site.ctx.function is not opt.ctx.function or site.order <= opt.order:
+        for wrap in framework_wraps(facts):
+            site = wrap.site
+            if site.ctx.function is not opt.ctx.function or site.order <= opt.order:
                 continue
             if not can_follow(opt.ctx, opt.order, site.ctx, site.order):
                 continue
             if not any(same(dotted_name(a.value), optimizer.module) for a in site.node.args):
                 continue
-            if framework_of(facts, func.value, site) != "accelerator":
-                continue
             report(
                 opt.node,
-                f"optimizer built from `{optimizer.module}.parameters()` before `accelerator.prepare` (line "
-                f"{report.row(site.node)}) wraps `{optimizer.module}` with FSDP1 and `use_orig_params=False` "
-                f"(line {report.row(plugin)}): accelerate leaves the optimizer on the old parameters and the "
-                f"weights never change; prepare the model first and build the optimizer from it, or set "
-                "`use_orig_params=True`",
+                f"optimizer built from `{optimizer.module}.parameters()` before "
+                f"`{facts.module.code_for_node(site.node.func)}` (line {report.row(site.node)}) shards "
+                f"`{optimizer.module}` with {wrap.how} (line {report.row(wrap.config)}): the optimizer keeps the "
+                "old parameters and the weights never change; set the model up first and build the optimizer "
+                "from it",
                 statement=opt.ctx.statement,
             )
             return
-

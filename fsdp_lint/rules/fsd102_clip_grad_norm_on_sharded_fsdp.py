@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import origins, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments
+from fsdp_lint.fixes import drop_import_name, method_call
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class ClipGradNormOnShardedFsdp(Rule):
@@ -20,11 +18,6 @@ class ClipGradNormOnShardedFsdp(Rule):
     summary = "`torch.nn.utils.clip_grad_norm_` on a sharded FSDP1 module's parameters: each rank clips by its local norm"
     fix_availability = FIX_SOMETIMES
     markers = (("clip_grad_norm_",), ("FullyShardedDataParallel",))
-    scenario = Scenario(
-        program="fsd102_clip_grad_norm_on_sharded_fsdp.py",
-        hazard="the ranks compute different gradient norms (each its local shard's) and clip differently",
-        unsafe_fix=True,
-    )
     doc = """\
 ## What it does
 Checks for `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` (any import alias) where
@@ -94,13 +87,10 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
             extra = set(bound) - {"parameters", "max_norm", "norm_type"}
             if not opaque and not extra and "max_norm" in bound:
                 args = [bound[k] for k in ("max_norm", "norm_type") if k in bound]
-                args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(args) - 1 else a
-                        for i, a in enumerate(args)]
-                new = site.node.with_changes(
-                    func=cst.Attribute(value=func.value, attr=cst.Name("clip_grad_norm_")), args=args
-                )
-                fix = FixProposal(UNSAFE, f"Use `{owner}.clip_grad_norm_(...)`", site.node, new,
-                                  also=_unused_import(facts, site.node.func))
+                new = method_call(site.node, func.value, "clip_grad_norm_", args)
+                name = site.node.func
+                also = drop_import_name(facts.import_froms, facts.module.code, name.value) if isinstance(name, cst.Name) else ()
+                fix = FixProposal(UNSAFE, f"Use `{owner}.clip_grad_norm_(...)`", site.node, new, also=also)
             report(
                 site.node,
                 f"`clip_grad_norm_` over the sharded FSDP module `{owner}` (line {report.row(wrap.site.node)}): "
@@ -109,24 +99,3 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
                 statement=site.ctx.statement,
             )
 
-
-def _unused_import(facts, func):
-    """``from torch.nn.utils import clip_grad_norm_`` left unused by the fix: drop the name
-    (or the statement) when the fixed call is the only place the name appears in the file."""
-    if not isinstance(func, cst.Name):
-        return ()
-    name = func.value
-    for node, statement in facts.import_froms:
-        if not isinstance(node.names, (list, tuple)) or not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        aliases = [a for a in node.names if (a.asname.name.value if a.asname else dotted_name(a.name)) == name]
-        if not aliases or len(statement.body) != 1:
-            continue
-        if len(re.findall(rf"\b{re.escape(name)}\b", facts.module.code)) != 2:
-            return ()  # used elsewhere (or mentioned in a comment or string): keep it
-        rest = [a for a in node.names if a not in aliases]
-        if not rest:
-            return ((statement, None),)
-        rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return ((node, node.with_changes(names=rest)),)
-    return ()

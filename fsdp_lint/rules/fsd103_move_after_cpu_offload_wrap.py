@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins, wrap_config
-from fsdp_lint.facts.values import literal_string
+from fsdp_lint.facts.values import first_positional, literal_string
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class MoveAfterCpuOffloadWrap(Rule):
@@ -14,18 +13,6 @@ class MoveAfterCpuOffloadWrap(Rule):
     summary = "`.cuda()` / `.to(device)` on a module after wrapping it with CPU parameter offload"
     fix_availability = FIX_NEVER
     markers = (("CPUOffload",), (".cuda(", ".to("))
-    scenario = Scenario(
-        program="fsd103_move_after_cpu_offload_wrap.py",
-        fixed_by=((
-            "    model = FSDP(_harness.mlp(), cpu_offload=CPUOffload(offload_params=True))\n"
-            "    model = model.cuda()\n",
-            "    model = FSDP(_harness.mlp(), cpu_offload=CPUOffload(offload_params=True), device_id=local_rank)\n",
-        ),),
-        hazard="RuntimeError at the first forward: parameters on cuda with CPU offloading enabled",
-        errors=(r"FSDP-managed module with parameter CPU offloading enabled has parameters on",),
-        devices=("cuda",),
-        not_on={"cpu": "real CPU parameter offload needs CUDA (pin_memory raises without an accelerator)"},
-    )
     doc = """\
 ## What it does
 Checks for `.cuda()` or `.to(...)` (other than to the CPU or to a dtype) on a module that at
@@ -91,7 +78,7 @@ _DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64
 
 def _moves_off_cpu(facts, call) -> bool:
     """``m.to(x)`` moves to an accelerator: not ``.to("cpu")``, not a dtype-only ``.to(torch.bfloat16)``."""
-    first = next((a for a in call.args if a.keyword is None and not a.star), None)
+    first = first_positional(call)
     device = next((a for a in call.args if a.keyword is not None and a.keyword.value == "device"), first)
     if device is None:
         return False

@@ -6,7 +6,6 @@ from fsdp_lint.facts.collectives import Collective, balanced, torch_collective
 from fsdp_lint.facts.frameworks import framework_collective
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-from fsdp_lint.verify.scenario import Scenario
 
 
 class CollectiveOnOneRank(Rule):
@@ -23,23 +22,11 @@ class CollectiveOnOneRank(Rule):
             "FullyShardedDataParallel", "fully_shard", "get_model_state_dict", "get_state_dict",
             "get_optimizer_state_dict", "summon_full_params", "optim_state_dict", "full_optim_state_dict",
             "wait_for_everyone", "gather_for_metrics", "pad_across_processes", "save_state", "load_state",
-            "save_model", "fabric",
+            "save_model", "fabric", "gather_cpu_state_dict", "get_full_optimizer_state_dict",
+            "get_full_model_state_dict",
         ),
         ("rank", "RANK", "main_process", "is_global_zero", "is_master", "process_zero", "should_save",
          "process_index", "is_main", "master_only"),
-    )
-    scenario = Scenario(
-        program="fsd104_collective_on_one_rank.py",
-        fixed_by=((
-            "    if dist.get_rank() == 0:\n"
-            "        state = model.state_dict()\n",
-            "    state = model.state_dict()\n"
-            "    if dist.get_rank() == 0:\n",
-        ),),
-        hazard="the job hangs (killed at the scenario's timeout) or a rank fails in a mismatched collective",
-        hang_is_hazard=True,
-        errors=(r"(Connection closed by peer|Connection reset by peer|Timed out waiting for|Watchdog caught collective operation timeout)",),
-        timeout=30.0,
     )
     doc = """\
 ## What it does
@@ -63,7 +50,9 @@ Collectives:
 - Lightning (2.6.6): `fabric.save`, `fabric.load`, `fabric.barrier` (each ends in a barrier
   in every multi-process strategy). Lightning's `trainer.save_checkpoint` does too, but is
   not checked: its name alone would make every DeepSpeed file a candidate;
-- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP.
+- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP;
+- torchtune (0.6.1): `training.gather_cpu_state_dict`, `training.get_full_optimizer_state_dict`
+  (`full_tensor()` and a barrier for every parameter).
 A gathering call on a model that is not sharded yet (rank 0 reads its model before
 `fully_shard`/`FSDP` wraps it later in the same function) is not a collective. Saving
 (`torch.save`, `accelerator.save`, which guards itself) under the rank test is fine.
@@ -73,6 +62,11 @@ Gathering a full state dict or the full parameters is an all-gather in which eve
 must take part. Called on one rank, that rank waits for the others forever: the job hangs
 until the backend timeout (30 minutes by default), or fails later in a mismatched
 collective (measured on CPU/gloo, torch 2.13.0).
+
+The verifier shows where each rank waits: at its timeout every rank's stack is dumped
+(`faulthandler`) and read back. The hang need not be where the rank test is: on CPU/gloo a
+`state_dict()` on rank 0 can pair its all-gathers with the other rank's next forward, and the
+ranks then block in different collectives of the training step.
 
 ## Example
 ```python

@@ -1,8 +1,9 @@
-"""FSD001 scenario: a read-only summon with the default writeback, parameters on the CPU.
+"""FSD001 scenario on CPU: a read-only summon with the default writeback, parameters on the CPU.
 
-CPU (gloo): FSDP placed on the CPU device; the summon uses offload_to_cpu=True, the path of
-pytorch#188989 (torch <= 2.13: the local shard is overwritten with freed memory on exit).
-CUDA (nccl): real CPUOffload(offload_params=True); the same read-only summon.
+The combination of pytorch#188989: FSDP placed on the CPU device (gloo), the summon with
+``offload_to_cpu=True`` and the default ``writeback=True`` (torch <= 2.13: the local shard is
+overwritten with freed memory on exit; fixed in 2.14.1).  The GPU variant, with real
+CPUOffload(offload_params=True), is ``fsd001_summon_writeback_with_cpu_offload_cuda.py``.
 The hazard: the local shard differs after a block that never touched a parameter.  The shard
 is overwritten from freed memory, so what lands there is whatever reused it: without any
 allocation in the block it came out unchanged in 1 of 8 runs (torch 2.13.0); with the block's
@@ -11,25 +12,16 @@ and the writeback=False program kept it intact in 10 of 10.
 """
 
 import torch
-from torch.distributed.fsdp import CPUOffload
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
 from fsdp_lint.scenarios import _harness
 
 
 def main():
-    rank, _, device, local_rank = _harness.init()
+    _harness.init()
     net = _harness.mlp()
     full_size = sum(p.numel() for p in net.parameters())
-    if device == "cpu":
-        model = FSDP(net, device_id=torch.device("cpu"), use_orig_params=True)
-    else:
-        model = FSDP(
-            net,
-            cpu_offload=CPUOffload(offload_params=True),
-            device_id=torch.device("cuda", local_rank),
-            use_orig_params=True,
-        )
+    model = FSDP(net, device_id=torch.device("cpu"), use_orig_params=True)
     handles = [m._handle for m in FSDP.fsdp_modules(model) if m._handle is not None]
     before = [h.flat_param.detach().to("cpu", copy=True) for h in handles]
     with FSDP.summon_full_params(model, offload_to_cpu=True):

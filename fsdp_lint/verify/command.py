@@ -1,19 +1,38 @@
-"""``fsdp-lint verify [CODES...]``: prove each rule at runtime, on the installed torch."""
+"""``fsdp-lint verify [CODES...]``: prove each rule at runtime, on the installed torch or on
+other interpreters' (``--python PATH``, one column per torch version)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from fsdp_lint.scenarios.registry import scenario_for
 from fsdp_lint.verify.judge import ERROR, SKIPPED, Judgement, judge, summarize
+from fsdp_lint.verify.launcher import Topology, child_env
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 INSTALL_HINT = "install it with: pip install 'fsdp-lint[verify]' (or pip install torch)"
+
+# Run by each interpreter: its torch, without importing anything of fsdp-lint.
+PROBE = """\
+import json, platform, sys
+import torch
+names = []
+if torch.cuda.is_available():
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+print(json.dumps({
+    "version": torch.__version__, "cuda": torch.version.cuda,
+    "git_version": getattr(torch.version, "git_version", None), "debug": bool(torch.version.debug),
+    "device_names": names, "cuda_devices": len(names), "python": platform.python_version(),
+}))
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,34 +42,65 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("rules", nargs="*", help="codes or names (default: every rule)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: gloo (cpu), nccl (cuda)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--nproc", type=int, default=2, help="ranks per program (default 2)")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per program (default: the scenario's)")
+    parser.add_argument("--nproc", type=_positive, default=2, help="ranks per node (default 2)")
+    parser.add_argument("--timeout", type=_positive_float, default=None, help="seconds per program (default: the scenario's)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--log-dir", default=None, help="where each rank's log is kept (default: a new temp folder)")
+    parser.add_argument(
+        "--record", metavar="DIR", default=None,
+        help="write a machine record of the run (versions, hashes, every rank's exit and evidence) into DIR",
+    )
+    parser.add_argument(
+        "--python", metavar="PATH", action="append", default=None,
+        help="run the scenarios under this interpreter's torch (repeat for a matrix; default: this one)",
+    )
+    nodes = parser.add_argument_group("several nodes (passed to torchrun; run the same command on every node)")
+    nodes.add_argument("--nnodes", type=_positive, default=1)
+    nodes.add_argument("--node-rank", type=int, default=None)
+    nodes.add_argument("--rdzv-backend", default=None, help="default: c10d")
+    nodes.add_argument(
+        "--rdzv-endpoint", default=None,
+        help="HOST:PORT; each program uses its own port, counting up from PORT (two per rule)",
+    )
+    nodes.add_argument("--rdzv-id", default=None, help="run id, the same on every node (default: fsdp-lint-verify)")
     return parser
 
 
-def _torch_info(device: str, nproc: int) -> Tuple[Optional[str], Optional[str]]:
-    """(torch version, reason the device cannot be used)."""
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def probe(python: str, scratch: str) -> Tuple[Optional[dict], Optional[str]]:
+    """(what the interpreter's torch says about itself, or why it cannot say)."""
     try:
-        import torch
-    except ImportError as exc:
-        print(f"fsdp-lint verify: torch is not importable ({exc}); {INSTALL_HINT}", file=sys.stderr)
-        return None, None
-    reason = None
-    if device == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count < nproc:
-            reason = f"needs {nproc} CUDA devices, found {count}"
-    return torch.__version__, reason
+        done = subprocess.run(
+            [python, "-c", PROBE], capture_output=True, text=True, timeout=300,
+            env=child_env(python, scratch),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"cannot run {python}: {exc}"
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return None, f"torch is not importable by {python} ({lines[-1].strip() if lines else done.returncode})"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]), None
 
 
-def prepare(rule, workdir: Path) -> Tuple[Optional[Path], Optional[Path], Optional[str]]:
+def prepare(rule, scenario, workdir: Path) -> Tuple[Optional[Path], Optional[Path], Optional[str]]:
     """Write the flagged and the fixed program; check the rule fires on one and not the other."""
     from fsdp_lint.engine import lint_text
     from fsdp_lint.fixer import fix_text
 
-    scenario = rule.scenario
     flagged_text = (SCENARIOS / scenario.program).read_text()
     if not [d for d in lint_text(flagged_text, scenario.program, [rule]).diagnostics if d.code == rule.code]:
         return None, None, f"{rule.code} does not fire on its own scenario {scenario.program}"
@@ -76,98 +126,176 @@ def prepare(rule, workdir: Path) -> Tuple[Optional[Path], Optional[Path], Option
     return flagged, fixed, None
 
 
-def verify_rule(rule, args, backend: str, device_problem: Optional[str], root: Path, progress) -> Judgement:
-    from fsdp_lint.verify.launcher import launch
+class Run:
+    """One interpreter's pass over the rules."""
 
-    scenario = rule.scenario
-    if scenario is None:
-        return Judgement(ERROR, "-", "-", "the rule has no runtime scenario")
-    if args.device not in scenario.devices:
-        why = scenario.not_on.get(args.device, f"runs only on {', '.join(scenario.devices)}")
-        return Judgement(SKIPPED, "-", "-", why)
-    if device_problem:
-        return Judgement(SKIPPED, "-", "-", device_problem)
-    flagged, fixed, problem = prepare(rule, root / rule.code)
-    if problem:
-        return Judgement(ERROR, "-", "-", problem)
-    timeout = args.timeout or scenario.timeout
-    outcomes = []
-    for label, program in (("flagged", flagged), ("fixed", fixed)):
-        progress(f"[{rule.code}] {label} program: started ({args.nproc} ranks, {backend}/{args.device})")
-        outcome = launch(
-            str(program), str(root / rule.code / label), args.nproc, backend, args.device, timeout
-        )
-        progress(f"[{rule.code}] {label} program: finished in {outcome.seconds:.1f} s: {outcome.describe()}")
-        outcomes.append(outcome)
-    return judge(scenario, *outcomes)
+    def __init__(self, args, python: str, info: dict, root: Path, topology: Topology, progress):
+        self.args, self.python, self.info, self.root = args, python, info, root
+        self.topology, self.progress = topology, progress
+        self.backend = args.backend or ("nccl" if args.device == "cuda" else "gloo")
+        self.index = 0
+
+    def device_problem(self) -> Optional[str]:
+        if self.args.device == "cuda" and self.info.get("cuda_devices", 0) < self.topology.nproc:
+            return f"needs {self.topology.nproc} CUDA devices on this node, found {self.info.get('cuda_devices', 0)}"
+        return None
+
+    def verify_rule(self, rule) -> Tuple[object, Judgement]:
+        from fsdp_lint.verify.launcher import launch
+
+        args = self.args
+        scenario = scenario_for(rule.code, args.device)
+        if scenario is None:
+            return None, Judgement(ERROR, "-", "-", "the rule has no runtime scenario")
+        why = scenario.cannot_run(args.device, self.topology.world_size, self.info["version"])
+        if why is None:
+            why = self.device_problem()
+        if why:
+            return scenario, Judgement(SKIPPED, "-", "-", why)
+        flagged, fixed, problem = prepare(rule, scenario, self.root / rule.code)
+        if problem:
+            return scenario, Judgement(ERROR, "-", "-", problem)
+        timeout = args.timeout or scenario.timeout
+        outcomes = []
+        where = f"{ranks(self.topology.world_size)}, {self.backend}/{args.device}, torch {self.info['version']}"
+        for label, program in (("flagged", flagged), ("fixed", fixed)):
+            self.progress(f"[{rule.code}] {label} program: started ({where})")
+            outcome = launch(
+                str(program), str(self.root / rule.code / label), self.topology.nproc, self.backend,
+                args.device, timeout, python=self.python, topology=self.topology, index=self.index,
+                tag=f"{rule.code}-{label}",
+            )
+            self.index += 1
+            self.progress(f"[{rule.code}] {label} program: finished in {outcome.seconds:.1f} s: {outcome.describe()}")
+            outcomes.append(outcome)
+        judgement = judge(scenario, *outcomes)
+        judgement.outcomes = tuple(outcomes)
+        return scenario, judgement
+
+
+def ranks(count: int) -> str:
+    return f"{count} rank" if count == 1 else f"{count} ranks"
+
+
+def _unique_rules(names: List[str]):
+    from fsdp_lint.rules import ALL_RULES, lookup
+
+    if not names:
+        return list(ALL_RULES)
+    chosen = []
+    for name in names:
+        rule = lookup(name)
+        if rule not in chosen:  # a rule named twice (code and name) runs once
+            chosen.append(rule)
+    return chosen
+
+
+def _raise_interrupt(signum, _frame):
+    raise KeyboardInterrupt
 
 
 def run_verify(argv) -> int:
-    from fsdp_lint.rules import ALL_RULES, UnknownRuleError, lookup
+    from fsdp_lint.rules import UnknownRuleError
+    from fsdp_lint.verify.program.options import wants_program
 
+    if wants_program(list(argv)):  # `verify --program train.py` / `verify -m pkg.mod`: the user's own job
+        from fsdp_lint.verify.program.command import run_program
+
+        return run_program(list(argv))
     args = _parser().parse_args(argv)
-    backend = args.backend or ("nccl" if args.device == "cuda" else "gloo")
     try:
-        rules = [lookup(code) for code in args.rules] if args.rules else list(ALL_RULES)
+        rules = _unique_rules(args.rules)
     except UnknownRuleError as exc:
         print(f"fsdp-lint verify: error: {exc}", file=sys.stderr)
         return 2
-    version, device_problem = _torch_info(args.device, args.nproc)
-    if version is None:
+    topology = Topology(
+        nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
+        rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
+    )
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        print("fsdp-lint verify: error: --nnodes above 1 needs --rdzv-endpoint HOST:PORT", file=sys.stderr)
         return 2
     root = Path(args.log_dir or tempfile.mkdtemp(prefix="fsdp-lint-verify-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
+    pythons = args.python or [sys.executable]
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    results: List[Tuple[object, Judgement]] = []
-    for rule in rules:
-        results.append((rule, verify_rule(rule, args, backend, device_problem, root, progress)))
-    where = f"{backend}/{args.device}, {args.nproc} ranks"
-    if args.format == "json":
-        print(json.dumps(
-            {
-                "torch": version,
-                "backend": backend,
-                "device": args.device,
-                "nproc": args.nproc,
-                "log_dir": str(root),
-                "machine": _machine(),
-                "results": [
-                    {
-                        "code": rule.code,
-                        "name": rule.name,
-                        "verdict": j.verdict,
-                        "flagged": j.flagged,
-                        "fixed": j.fixed,
-                        "reason": j.reason,
-                        "hazard_fixed_in": rule.hazard_fixed_in,
-                    }
-                    for rule, j in results
-                ],
-            },
-            indent=2,
-        ))
-    else:
-        print(render_table(version, where, results))
-    print(f"logs of each rank of each program: {root}{os.sep}", file=sys.stderr)
-    return summarize([(rule.code, j) for rule, j in results])
+    source = None
+    if args.record:
+        from fsdp_lint.verify import records
 
-
-def _machine() -> str:
-    import platform
-
-    text = f"{platform.machine()}, {os.cpu_count()} cores"
+        source = records.source_state()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    runs = []
     try:
-        import torch
+        for python in pythons:
+            info, problem = probe(python, str(root))
+            if info is None:
+                print(f"fsdp-lint verify: {problem}; {INSTALL_HINT}", file=sys.stderr)
+                return 2
+            folder = root if len(pythons) == 1 else root / f"torch-{info['version']}"
+            run = Run(args, python, info, folder, topology, progress)
+            results = []
+            for rule in rules:
+                scenario, judgement = run.verify_rule(rule)
+                results.append((rule, judgement, scenario))
+            runs.append((run, results))
+    except KeyboardInterrupt:
+        print(f"fsdp-lint verify: interrupted; the torchrun jobs were stopped; logs so far: {root}{os.sep}",
+              file=sys.stderr, flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if args.record:
+        for run, results in runs:
+            record = records.build(
+                run.info, topology, run.backend, args.device, results, ["fsdp-lint", "verify", *argv], source,
+                some_rules=bool(args.rules),
+            )
+            progress(f"record written: {records.write(record, Path(args.record))}")
+    if args.format == "json":
+        print(json.dumps(_json(runs, args, topology, root), indent=2))
+    elif len(runs) == 1:
+        run, results = runs[0]
+        where = f"{run.backend}/{args.device}, {ranks(topology.world_size)}"
+        print(render_table(run.info["version"], where, [(r, j) for r, j, _ in results]))
+    else:
+        print(render_matrix(runs))
+    print(f"logs of each rank of each program: {root}{os.sep}", file=sys.stderr)
+    return summarize([(rule.code, j) for _, results in runs for rule, j, _ in results])
 
-        if torch.cuda.is_available():
-            names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            text += ", " + ", ".join(names)
-    except Exception:  # noqa: BLE001 - a description only
-        pass
-    return text
+
+def _json(runs, args, topology: Topology, root: Path) -> dict:
+    def one(run, results) -> dict:
+        return {
+            "torch": run.info["version"],
+            "python": run.python,
+            "backend": run.backend,
+            "device": args.device,
+            "nproc": topology.nproc,
+            "nnodes": topology.nnodes,
+            "world_size": topology.world_size,
+            "log_dir": str(run.root),
+            "device_names": run.info.get("device_names", []),
+            "results": [
+                {
+                    "code": rule.code,
+                    "name": rule.name,
+                    "verdict": j.verdict,
+                    "flagged": j.flagged,
+                    "fixed": j.fixed,
+                    "reason": j.reason,
+                    "hazard_fixed_in": scenario.hazard_fixed_in if scenario else None,
+                }
+                for rule, j, scenario in results
+            ],
+        }
+
+    if len(runs) == 1:
+        return one(*runs[0])
+    return {"log_dir": str(root), "runs": [one(run, results) for run, results in runs]}
 
 
 def render_table(version: str, where: str, results) -> str:
@@ -178,4 +306,17 @@ def render_table(version: str, where: str, results) -> str:
     for rule, j in results:
         verdict = j.verdict + (f" ({j.reason})" if j.reason else "")
         lines.append(f"| {rule.code} | {version} | {where} | {j.flagged} | {j.fixed} | {verdict} |")
+    return "\n".join(lines)
+
+
+def render_matrix(runs) -> str:
+    """One row per rule, one column per interpreter's torch."""
+    heads = [f"torch {run.info['version']}" for run, _ in runs]
+    lines = ["| rule | " + " | ".join(heads) + " |", "|------|" + "|".join("---" for _ in heads) + "|"]
+    for index, (rule, _, _) in enumerate(runs[0][1]):
+        cells = []
+        for _, results in runs:
+            j = results[index][1]
+            cells.append(j.verdict + (f" ({j.reason})" if j.verdict == SKIPPED else ""))
+        lines.append(f"| {rule.code} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

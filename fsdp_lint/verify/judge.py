@@ -4,17 +4,19 @@ CONFIRMED       the flagged program showed the hazard and the fixed program ran 
 NOT REPRODUCED  the flagged program ran clean on this torch/device: said plainly
 FIX FAILED      the fixed program misbehaved (or showed the hazard): a bug in the rule
 ERROR           launcher or environment problem, or a failure that is not the hazard
-SKIPPED         the scenario cannot run on the chosen device (decided before running)
+SKIPPED         the scenario cannot run here: device, rank count or torch version (decided
+                before running, with the reason)
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from fsdp_lint.verify.launcher import ProgramOutcome
+from fsdp_lint.verify.launcher import ProgramOutcome, is_warning_line
 from fsdp_lint.verify.scenario import Scenario
+from fsdp_lint.verify.stacks import blocked_at
 
 CONFIRMED = "CONFIRMED"
 NOT_REPRODUCED = "NOT REPRODUCED"
@@ -29,9 +31,44 @@ class Judgement:
     flagged: str  # what the flagged program did, in words
     fixed: str
     reason: str = ""
+    outcomes: Tuple[ProgramOutcome, ...] = field(default=(), compare=False, repr=False)  # flagged, fixed
+
+
+def clean_text(outcome: ProgramOutcome) -> str:
+    """A clean program in words: its ranks' own reports when they measured something."""
+    details = [f"rank {r.rank}: {r.report['detail']}" for r in outcome.ranks if r.report and r.report.get("detail")]
+    return "clean: " + ("; ".join(_merge(details)) if details else outcome.describe())
+
+
+def _merge(lines: List[str]) -> List[str]:
+    """``rank 0: X`` and ``rank 1: X`` -> ``ranks 0, 1: X`` (reports that gathered every rank's
+    value say the same on each rank)."""
+    order: List[str] = []
+    ranks: dict = {}
+    for line in lines:
+        match = re.match(r"rank (\d+): (.*)$", line, re.S)
+        if not match:
+            order.append(line)
+            continue
+        text = match.group(2)
+        if text not in ranks:
+            ranks[text] = []
+            order.append(text)
+        ranks[text].append(match.group(1))
+    merged = []
+    for text in order:
+        if text in ranks:
+            who = ranks[text]
+            merged.append(f"rank {who[0]}: {text}" if len(who) == 1 else f"ranks {', '.join(who)}: {text}")
+        else:
+            merged.append(text)
+    return merged
 
 
 def hazard_evidence(scenario: Scenario, outcome: ProgramOutcome) -> List[str]:
+    """What in ``outcome`` shows the scenario's hazard (empty: nothing).  A Python warning
+    is never evidence, whatever the patterns say: only exceptions, measurements, signals and
+    hangs are."""
     evidence = []
     patterns = [re.compile(p) for p in scenario.errors]
     for rank in outcome.ranks:
@@ -40,15 +77,30 @@ def hazard_evidence(scenario: Scenario, outcome: ProgramOutcome) -> List[str]:
             evidence.append(f"rank {rank.rank}: {report.get('detail', 'hazard reported')}")
         if patterns:
             for line in rank.log_text().splitlines():
+                if is_warning_line(line):
+                    continue
                 if any(p.search(line) for p in patterns):
                     evidence.append(f"rank {rank.rank}: {line.strip()[:200]}")
                     break
         if scenario.signal_is_hazard and rank.signal and not rank.terminated:
             evidence.append(f"rank {rank.rank}: killed by {rank.signal}")
     if scenario.hang_is_hazard and outcome.timed_out:
-        hung = [str(r.rank) for r in outcome.ranks if r.hung]
-        evidence.append(f"hang: rank(s) {', '.join(hung) or '?'} killed at the {scenario.timeout:.0f} s timeout")
-    return evidence
+        evidence.append(hang_evidence(outcome))
+    return _merge(evidence)
+
+
+def hang_evidence(outcome: ProgramOutcome) -> str:
+    """``hang at the 60 s timeout: rank 0 `state = model.state_dict()` (line 15) -> blocked in
+    torch.distributed all_gather_into_tensor; rank 1 ...`` from each rank's stack dump."""
+    where = []
+    for rank in outcome.ranks:
+        if not rank.hung:
+            where.append(f"rank {rank.rank} {rank.describe()}")
+            continue
+        at = blocked_at(rank.log_text(), outcome.program)
+        where.append(f"rank {rank.rank} {at}" if at else f"rank {rank.rank} hung (no stack dumped)")
+    seconds = f"{outcome.timeout:.0f} s " if outcome.timeout else ""
+    return f"hang at the {seconds}timeout: " + "; ".join(where)
 
 
 def _step_time(outcome: ProgramOutcome) -> Optional[float]:
@@ -90,14 +142,14 @@ def judge(scenario: Scenario, flagged: ProgramOutcome, fixed: ProgramOutcome) ->
             return Judgement(ERROR, flagged_text, fixed.describe(), "both programs failed without the hazard")
         return Judgement(FIX_FAILED, flagged_text, fixed.describe(), "the fixed program did not run clean")
     if seen:
-        return Judgement(CONFIRMED, flagged_text, "clean: " + fixed.describe())
+        return Judgement(CONFIRMED, flagged_text, clean_text(fixed))
     if flagged.clean:
         return Judgement(
-            NOT_REPRODUCED, "clean: " + flagged.describe(), "clean: " + fixed.describe(),
+            NOT_REPRODUCED, clean_text(flagged), clean_text(fixed),
             "the flagged program ran clean on this torch and device",
         )
     return Judgement(
-        ERROR, flagged.describe(), "clean: " + fixed.describe(),
+        ERROR, flagged.describe(), clean_text(fixed),
         "the flagged program failed without the expected signature",
     )
 

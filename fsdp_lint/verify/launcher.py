@@ -1,14 +1,22 @@
-"""Start a program under ``torchrun --standalone --nproc_per_node=N`` and collect each
-rank's outcome: exit status or signal, its report (``rank<N>.json``), its log.
+"""Start a program under torchrun and collect each rank's outcome: exit status or signal,
+its report (``rank<N>.json``), its log, and at a timeout its stack (``faulthandler``).
 
-The launcher runs in a process group of its own; at the timeout the whole group gets
-SIGTERM, then SIGKILL, so a hung collective never outlives the verifier.
+One node: ``torchrun --standalone --nproc_per_node=N``.  Several nodes: ``--nnodes``,
+``--node-rank``, ``--rdzv-backend``, ``--rdzv-endpoint`` and ``--rdzv-id`` go to torchrun as
+given (torchrun and its rendezvous are the distributed engine); each node collects the
+ranks that ran on it.
+
+torchrun runs in a process group of its own.  At the timeout every local rank's program
+gets SIGUSR1 (its stack is dumped into its log), then the whole group SIGTERM, then
+SIGKILL, so a hung collective never outlives the verifier.  The same stop happens when the
+verifier itself is interrupted (Ctrl-C, SIGTERM): the exception goes on after the stop.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +26,77 @@ from typing import Dict, List, Optional
 
 # NVLink multicast stays off: a program that uses it can take a shared host's GPUs down.
 SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+DUMP_MARK = "(most recent call first)"
+
+# The line that says why a rank failed: an exception, a fatal error.
+_FAILURE = re.compile(
+    r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b(:.*)?$|Fatal Python error:.*)"
+)
+# Lines that never explain a failure (Python warnings and their source lines, teardown notes).
+_NOISE = re.compile(
+    r"(\b\w*Warning\b|^\s*warnings\.warn\(|destroy_process_group\(\) was not called|^\s*File \"|"
+    r"^\s*\^+\s*$|^\s*~+\s*$)"
+)
+
+
+def is_warning_line(line: str) -> bool:
+    """A line of a Python warning: never evidence of a hazard on its own."""
+    return bool(re.search(r"\b\w*Warning\b(:|\s*\()", line)) or line.lstrip().startswith("warnings.warn(")
+
+
+def failure_line(text: str) -> str:
+    """The line of a log that says why the program failed: its last exception line, else
+    its last line that is not a warning or a teardown note."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if _FAILURE.match(line) and not is_warning_line(line):
+            return line
+    for line in reversed(lines):
+        if not _NOISE.search(line):
+            return line
+    return ""
+
+
+@dataclass
+class Topology:
+    """Where the ranks run: ``nproc`` per node; several nodes through torchrun's rendezvous."""
+
+    nproc: int = 2
+    nnodes: int = 1
+    node_rank: Optional[int] = None
+    rdzv_backend: Optional[str] = None
+    rdzv_endpoint: Optional[str] = None
+    rdzv_id: Optional[str] = None
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nnodes > 1 or self.rdzv_endpoint is not None
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    def torchrun_args(self, index: int = 0, tag: str = "") -> List[str]:
+        """torchrun's topology options for the ``index``-th program of this verifier run.
+
+        Each program is its own torchrun job: its rendezvous id gets ``tag`` appended and its
+        port is the endpoint's port plus ``index``, so a node that starts the next program
+        early never joins the store of the previous one while its host is shutting down."""
+        if not self.multi_node:
+            return ["--standalone", f"--nproc_per_node={self.nproc}"]
+        args = [f"--nnodes={self.nnodes}", f"--nproc_per_node={self.nproc}"]
+        if self.node_rank is not None:
+            args.append(f"--node-rank={self.node_rank}")
+        args.append(f"--rdzv-backend={self.rdzv_backend or 'c10d'}")
+        if self.rdzv_endpoint:
+            host, _, port = self.rdzv_endpoint.rpartition(":")
+            if host and port.isdigit():
+                args.append(f"--rdzv-endpoint={host}:{int(port) + index}")
+            else:
+                args.append(f"--rdzv-endpoint={self.rdzv_endpoint}")
+        run_id = self.rdzv_id or "fsdp-lint-verify"
+        args.append(f"--rdzv-id={run_id}-{tag}" if tag else f"--rdzv-id={run_id}")
+        return args
 
 
 @dataclass
@@ -48,8 +127,8 @@ class RankOutcome:
             return "no exit record"
         if self.returncode == 0:
             return "exit 0"
-        last = [line for line in self.log_text().splitlines() if line.strip()]
-        return f"exit {self.returncode}: {last[-1].strip()[:160]}" if last else f"exit {self.returncode}"
+        why = failure_line(self.log_text())
+        return f"exit {self.returncode}: {why[:160]}" if why else f"exit {self.returncode}"
 
 
 @dataclass
@@ -60,6 +139,7 @@ class ProgramOutcome:
     timed_out: bool = False
     seconds: float = 0.0
     launcher_error: Optional[str] = None
+    timeout: float = 0.0
 
     @property
     def clean(self) -> bool:
@@ -76,6 +156,31 @@ class ProgramOutcome:
         return "; ".join(f"rank {r.rank}: {r.describe()}" for r in self.ranks)
 
 
+def _package_path(python: str, scratch: str) -> str:
+    """A folder holding this fsdp_lint package, for another interpreter's PYTHONPATH (a link,
+    so that nothing else of this interpreter's site-packages leaks into the other one)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folder = os.path.join(scratch, "_fsdp_lint_path")
+    link = os.path.join(folder, "fsdp_lint")
+    if not os.path.islink(link):
+        os.makedirs(folder, exist_ok=True)
+        os.symlink(package, link)
+    return folder
+
+
+def child_env(python: str, scratch: str, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(SAFE_GPU_ENV)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    if os.path.abspath(python) != os.path.abspath(sys.executable):  # venvs: links to one binary
+        env["PYTHONPATH"] = os.pathsep.join(
+            [_package_path(python, scratch)] + [p for p in [env.get("PYTHONPATH")] if p]
+        )
+    env.update(extra or {})
+    return env
+
+
 def launch(
     program: str,
     log_dir: str,
@@ -84,30 +189,30 @@ def launch(
     device: str = "cpu",
     timeout: float = 180.0,
     env: Optional[Dict[str, str]] = None,
+    python: Optional[str] = None,
+    topology: Optional[Topology] = None,
+    index: int = 0,
+    tag: str = "",
 ) -> ProgramOutcome:
     os.makedirs(log_dir, exist_ok=True)
-    outcome = ProgramOutcome(program, log_dir)
-    child_env = dict(os.environ)
-    child_env.update(SAFE_GPU_ENV)
-    child_env.update(
-        {
-            "FSDP_LINT_BACKEND": backend,
-            "FSDP_LINT_DEVICE": device,
-            "FSDP_LINT_RESULT_DIR": log_dir,
-            "OMP_NUM_THREADS": child_env.get("OMP_NUM_THREADS", "1"),
-            "PYTHONUNBUFFERED": "1",
-        }
+    python = python or sys.executable
+    topology = topology or Topology(nproc=nproc)
+    outcome = ProgramOutcome(program, log_dir, timeout=timeout)
+    run_env = child_env(
+        python,
+        os.path.dirname(os.path.abspath(log_dir)),
+        {"FSDP_LINT_BACKEND": backend, "FSDP_LINT_DEVICE": device, "FSDP_LINT_RESULT_DIR": log_dir, **(env or {})},
     )
-    child_env.update(env or {})
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+        python, "-m", "torch.distributed.run", *topology.torchrun_args(index, tag),
         "-m", "fsdp_lint.verify.rank_shim", program, log_dir,
     ]
     start = time.monotonic()
+    deadline = None
     with open(os.path.join(log_dir, "launcher.log"), "wb") as launcher_log:
         try:
             proc = subprocess.Popen(
-                command, stdout=launcher_log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True
+                command, stdout=launcher_log, stderr=subprocess.STDOUT, env=run_env, start_new_session=True
             )
         except OSError as exc:
             outcome.launcher_error = f"cannot start torchrun: {exc}"
@@ -117,11 +222,13 @@ def launch(
         except subprocess.TimeoutExpired:
             outcome.timed_out = True
             deadline = time.time()
-            _stop_group(proc)
-        else:
-            deadline = None
+            dump_stacks(log_dir)
+            stop_group(proc)
+        except BaseException:  # Ctrl-C, SIGTERM: no torchrun job or rank outlives the verifier
+            stop_group(proc)
+            raise
     outcome.seconds = time.monotonic() - start
-    for rank in range(nproc):
+    for rank in _local_ranks(log_dir, topology):
         outcome.ranks.append(_rank_outcome(log_dir, rank, deadline))
     if not outcome.timed_out and all(r.returncode is None for r in outcome.ranks):
         with open(os.path.join(log_dir, "launcher.log"), encoding="utf-8", errors="replace") as handle:
@@ -130,17 +237,89 @@ def launch(
     return outcome
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
+def _local_ranks(log_dir: str, topology: Topology) -> List[int]:
+    """Global ranks that ran here: every rank on one node; on several nodes the ranks whose
+    files this node holds (the rendezvous, not ``--node-rank``, assigns them)."""
+    if not topology.multi_node:
+        return list(range(topology.nproc))
+    found = sorted(
+        {int(m.group(1)) for name in os.listdir(log_dir) for m in [re.match(r"rank(\d+)\.log$", name)] if m}
+    )
+    if found:
+        return found
+    first = (topology.node_rank or 0) * topology.nproc
+    return list(range(first, first + topology.nproc))
+
+
+def _read_pid(path: str) -> Optional[int]:
+    try:
+        with open(path) as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def dump_stacks(log_dir: str, wait: float = 10.0) -> None:
+    """Ask every local rank's program for its stack (SIGUSR1 -> faulthandler) and give the
+    dumps up to ``wait`` seconds to land in the logs."""
+    waiting = []
+    for name in sorted(os.listdir(log_dir)):
+        match = re.match(r"rank(\d+)\.pid$", name)
+        if not match:
             continue
+        pid = _read_pid(os.path.join(log_dir, name))
+        if pid is None or os.path.exists(os.path.join(log_dir, f"rank{match.group(1)}.exit.json")):
+            continue
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            continue
+        waiting.append(os.path.join(log_dir, f"rank{match.group(1)}.log"))
+    end = time.monotonic() + wait
+    while waiting and time.monotonic() < end:
+        waiting = [path for path in waiting if not _has_dump(path)]
+        if waiting:
+            time.sleep(0.2)
+
+
+def _has_dump(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return DUMP_MARK in handle.read()
+    except OSError:
+        return False
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to torchrun's whole process group (agent, rank shims, programs), SIGKILL to
+    whatever is left of it after a grace period."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except OSError:
+        return
+    try:
+        proc.wait(timeout=10.0)
+    except subprocess.TimeoutExpired:
+        pass
+    end = time.monotonic() + 5.0
+    while time.monotonic() < end and _group_alive(proc.pid):
+        time.sleep(0.1)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except OSError:
+        return False
+    return True
 
 
 def _rank_outcome(log_dir: str, rank: int, deadline: Optional[float]) -> RankOutcome:

@@ -1,4 +1,9 @@
-"""Building edited libcst nodes for fixes: set or drop a call's keyword argument.
+"""What a fix changes, as edited libcst nodes: the one place where fixes are built.
+
+Rules describe a change with these functions (set or drop an argument of a call, call a
+method on a receiver instead of a function, drop an import name) and hand the old and new
+nodes to the engine as a ``FixProposal``; the engine turns them into minimal text edits
+(``engine._fix_edits``) and ``fixer`` applies those to files.
 
 Edits keep the call's own layout: a multi-line call gets the new argument on a line of
 its own with the same indentation, comments stay beside the argument they annotate,
@@ -8,7 +13,8 @@ and a trailing comma stays a trailing comma.
 from __future__ import annotations
 
 import functools
-from typing import Optional
+import re
+from typing import Dict, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -124,3 +130,54 @@ def remove_argument(call: "cst.Call", index: int) -> "cst.Call":
     else:
         args[-1] = prev.with_changes(comma=removed.comma, whitespace_after_arg=removed.whitespace_after_arg)
     return call.with_changes(args=args)
+
+
+def set_arguments(call: "cst.Call", bound: Dict[str, "cst.Arg"], values: Dict[str, str]) -> "cst.Call":
+    """``call`` with each ``name=code`` of ``values``; ``bound`` maps parameter names to the
+    call's arguments, so an argument passed by position is replaced where it stands and new
+    keywords are appended."""
+    new = call
+    for name, code in values.items():
+        arg = bound.get(name)
+        position = list(call.args).index(arg) if arg is not None and arg.keyword is None else None
+        new = set_keyword(new, name, code, position)
+    return new
+
+
+def drop_argument(call: "cst.Call", bound: Dict[str, "cst.Arg"], name: str) -> "cst.Call":
+    """``call`` without parameter ``name``; a positional one followed by others becomes ``False``."""
+    arg = bound[name]
+    args = list(call.args)
+    index = args.index(arg)
+    if arg.keyword is None and index != len(args) - 1:
+        return set_arguments(call, bound, {name: "False"})
+    return remove_argument(call, index)
+
+
+def method_call(call: "cst.Call", receiver: "cst.BaseExpression", method: str, args) -> "cst.Call":
+    """``receiver.method(args)`` in place of ``call`` (``clip_grad_norm_(m.parameters(), 1.0)``
+    becomes ``m.clip_grad_norm_(1.0)``); the last argument loses its trailing comma."""
+    args = list(args)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(func=cst.Attribute(value=receiver, attr=cst.Name(method)), args=args)
+
+
+def drop_import_name(import_froms, module_code: str, name: str, uses: int = 1) -> Tuple:
+    """The edits that remove ``from x import name`` once the fix has removed the name's
+    ``uses`` uses (the name stays when it is mentioned anywhere else, comments included):
+    ``((ImportFrom, smaller ImportFrom),)``, ``((statement, None),)`` to delete the line, or ()."""
+    for node, statement in import_froms:
+        if not isinstance(node.names, (list, tuple)) or not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        mine = [a for a in node.names if (a.asname.name.value if a.asname else getattr(a.name, "value", None)) == name]
+        if not mine or len(statement.body) != 1:
+            continue
+        if len(re.findall(rf"\b{re.escape(name)}\b", module_code)) != uses + 1:
+            return ()
+        rest = [a for a in node.names if a not in mine]
+        if not rest:
+            return ((statement, None),)
+        rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return ((node, node.with_changes(names=rest)),)
+    return ()

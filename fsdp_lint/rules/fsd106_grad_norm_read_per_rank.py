@@ -1,0 +1,250 @@
+"""FSD106 grad-norm-read-per-rank."""
+
+from __future__ import annotations
+
+from fsdp_lint.diagnostics import UNSAFE
+from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.ranks import rank_guard
+from fsdp_lint.facts.values import bind_arguments
+from fsdp_lint.lazy_libcst import cst
+from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
+
+
+TOTAL_NORM = frozenset(
+    {
+        "torch.nn.utils.clip_grad_norm_",
+        "torch.nn.utils.clip_grad.clip_grad_norm_",
+        "torch.nn.utils.get_total_norm",
+        "torch.nn.utils.clip_grad.get_total_norm",
+    }
+)
+NORM_FUNCTIONS = frozenset({"torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm"})
+# reads that turn a DTensor into a plain value on this rank
+READS = frozenset({"item", "tolist", "to_local", "numpy"})
+BUILTIN_READS = frozenset({"float", "int"})
+# methods between the norm and the read that keep it a DTensor
+PASS_THROUGH = frozenset({"detach", "cpu", "float", "double", "mean", "sum", "clone", "squeeze", "to", "cuda"})
+GATHERS = frozenset({"full_tensor", "redistribute"})
+
+
+class GradNormReadPerRank(Rule):
+    code = "FSD106"
+    name = "grad-norm-read-per-rank"
+    summary = "a gradient norm of an FSDP2 model read with `.item()` / `float()` / `.tolist()` without `.full_tensor()`"
+    fix_availability = FIX_SOMETIMES
+    markers = (
+        ("clip_grad_norm_", "get_total_norm", "norm", "vector_norm"),
+        ("fully_shard",),
+        (".item(", "float(", ".tolist(", ".to_local(", ".numpy(", "int("),
+    )
+    doc = """\
+## What it does
+Checks for a gradient norm computed from the DTensor gradients of a model sharded with
+FSDP2 (`fully_shard`) and read into a plain value on each rank without `.full_tensor()`:
+- the total norm returned by `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` or
+  `torch.nn.utils.get_total_norm(...)`, read with `.item()`, `float(...)`, `int(...)`,
+  `.tolist()`, `.to_local()` or `.numpy()` (also after `.detach()`, `.mean()`, `.cpu()`);
+- a per-parameter norm, `p.grad.norm()`, `torch.linalg.vector_norm(p.grad)`,
+  `torch.norm(p.grad)`, in a loop over `m.parameters()` / `m.named_parameters()`, read
+  the same way.
+
+## Why is this bad?
+A norm of a sharded DTensor is a DTensor with a pending reduction (`_NormPartial`):
+each rank holds the norm of its own shard. DTensor's `.item()` does not reduce a partial
+value (pytorch/pytorch#144054, "intentional"; `aten._local_scalar_dense` returns the local
+value, torch/distributed/tensor/_sharding_prop.py), so every rank reads its local norm: the
+logged `grad_norm` differs across ranks and under-reports the true norm, by about
+`sqrt(n_shards)` when the gradients are spread evenly.
+
+Which reads misbehave depends on torch:
+- per-parameter norms: the local shard's norm, on torch 2.13.0 too. CPU/gloo, torch
+  2.13.0, 2 ranks, one weight: `p.grad.norm().item()` gives 31.92 on rank 0 and 35.12 on
+  rank 1 against the true 47.46 (`.full_tensor().item()`).
+- the total norm of `clip_grad_norm_` / `get_total_norm`: a `_NormPartial` DTensor up to
+  torch 2.9 at least (pytorch/pytorch#166638 and #170862 on 2.9.0 and 2.9.1,
+  pytorch/torchtitan#766), so `.item()` is the local norm there. On torch 2.13.0 it comes
+  back `Replicate()` (measured): `.item()`, `float()` and `.to_local()` give the global
+  norm, and `.tolist()` raises `RuntimeError: .tolist() is not supported for tensor
+  subclasses, got DTensor`. The rule flags these reads on every version: code that
+  logs the norm runs on the torch its users install, and `.full_tensor()` is right on all
+  of them. With `--target-torch-version` at 2.13 or later, treat a total-norm `.item()`
+  finding as a portability note.
+The clipping itself is correct: the clip coefficient is computed in DTensor arithmetic.
+
+## Example
+```python
+import torch
+from torch.distributed.fsdp import fully_shard
+
+fully_shard(model)
+loss.backward()
+grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+logger.info(f"grad_norm: {grad_norm.item():.4f}")
+```
+
+## Use instead
+```python
+import torch
+from torch.distributed.fsdp import fully_shard
+
+fully_shard(model)
+loss.backward()
+grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+logger.info(f"grad_norm: {grad_norm.full_tensor().item():.4f}")
+```
+
+## Fix safety
+The fix inserts `.full_tensor()` before the read and is unsafe: `.full_tensor()` is a
+collective (every rank must run that line, which a read under a rank test does not), and
+when no parameter has a gradient `clip_grad_norm_` returns a plain tensor, which has no
+`.full_tensor()`. Reads inside a rank test get no fix.
+
+## References
+- [DTensor `full_tensor`](https://pytorch.org/docs/stable/distributed.tensor.html#torch.distributed.tensor.DTensor.full_tensor)
+- [pytorch/pytorch#144054](https://github.com/pytorch/pytorch/issues/144054): `item()` on
+  DTensor only grabs the local tensor
+- [pytorch/pytorch#166638](https://github.com/pytorch/pytorch/issues/166638): the grad norm
+  returned by `clip_grad_norm_` with FSDP2 is a partial DTensor
+- torch/nn/utils/clip_grad.py (`_get_total_norm`: `torch.stack` of per-tensor norms, then
+  `vector_norm`)
+"""
+
+    def check(self, facts, report):
+        modules = fsdp_modules(facts)
+        if not modules.fsdp2_wraps:
+            return
+        sources = {}  # id(expr node) -> description; expressions that are a sharded norm
+        named = {}  # binding target -> [(binding, description)]
+        for site in facts.calls:
+            what = self._norm_source(facts, modules, site)
+            if what is None:
+                continue
+            sources[id(site.node)] = what
+        for binding in facts.bindings:
+            if id(binding.value) in sources:
+                named.setdefault(binding.target, []).append(binding)
+
+        for site in facts.calls:
+            node = site.node
+            if site.attr in READS and isinstance(node.func, cst.Attribute):
+                inner = node.func.value
+                read = f".{site.attr}()"
+            elif facts.qualname(node.func) is None and dotted_name(node.func) in BUILTIN_READS and len(node.args) == 1:
+                inner = node.args[0].value
+                read = f"{dotted_name(node.func)}(...)"
+            else:
+                continue
+            base = inner
+            gathered = False
+            while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) \
+                    and base.func.attr.value in PASS_THROUGH | GATHERS and id(base) not in sources:
+                gathered = gathered or base.func.attr.value in GATHERS
+                base = base.func.value
+            if gathered:
+                continue
+            what = sources.get(id(base))
+            if what is None:
+                name = dotted_name(base)
+                if name is None or name not in named:
+                    continue
+                what = self._bound_source(facts, site, name, named, sources)
+                if what is None:
+                    continue
+            fix = None
+            if rank_guard(facts, site.ctx) is None:
+                new_base = cst.Call(func=cst.Attribute(value=base, attr=cst.Name("full_tensor")))
+                fix = FixProposal(UNSAFE, "Insert `.full_tensor()` before the read", base, new_base)
+            if read == ".tolist()":
+                when = "raises RuntimeError on a DTensor (torch 2.13) or reads this rank's local norm (torch <= 2.9)"
+            elif what.startswith("the total norm"):
+                when = "reads this rank's local norm on torch <= 2.9 (a _NormPartial DTensor)"
+            else:
+                when = "reads this rank's local norm (a _NormPartial DTensor)"
+            report(
+                node,
+                f"{what} is a DTensor; `{read}` {when}: the logged norm differs across ranks; call "
+                "`.full_tensor()` first",
+                fix,
+                statement=site.ctx.statement,
+            )
+
+    # -- sources ------------------------------------------------------------------------
+    def _norm_source(self, facts, modules, site):
+        node = site.node
+        qualname = facts.qualname(node.func)
+        if qualname in TOTAL_NORM:
+            bound, _ = bind_arguments(node.args, ("parameters",))
+            first = bound.get("parameters") or bound.get("tensors")
+            if first is not None and self._from_fsdp2(facts, modules, first.value, site):
+                return f"the total norm from `{dotted_name(site.node.func)}`"
+            return None
+        target = None
+        if qualname in NORM_FUNCTIONS and node.args and node.args[0].keyword is None:
+            target = node.args[0].value
+        elif site.attr == "norm" and isinstance(node.func, cst.Attribute) and qualname is None:
+            target = node.func.value
+        if not (isinstance(target, cst.Attribute) and target.attr.value == "grad"):
+            return None
+        param = dotted_name(target.value)
+        if param is None:
+            return None
+        for loop in site.ctx.loops:
+            loop_node = loop.node
+            if not isinstance(loop_node, cst.For) or param not in self._loop_names(loop_node.target):
+                continue
+            if self._from_fsdp2(facts, modules, loop_node.iter, site):
+                return f"the norm of `{param}.grad`"
+        return None
+
+    @staticmethod
+    def _loop_names(target):
+        if isinstance(target, cst.Name):
+            return {target.value}
+        if isinstance(target, (cst.Tuple, cst.List)):
+            return {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
+        return set()
+
+    def _from_fsdp2(self, facts, modules, expr, site, depth=0) -> bool:
+        """``m.parameters()`` / ``m.named_parameters()`` (or a comprehension or list over it,
+        or a local name bound to one) where ``m`` is sharded by ``fully_shard`` in scope."""
+
+
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+                and expr.func.attr.value in ("parameters", "named_parameters"):
+            return self._is_fsdp2(modules, dotted_name(expr.func.value), site)
+        if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("list", "tuple") and expr.args:
+            return self._from_fsdp2(facts, modules, expr.args[0].value, site, depth + 1)
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
+            loop = expr.for_in
+            return self._from_fsdp2(facts, modules, loop.iter, site, depth + 1)
+        name = dotted_name(expr)
+        if name is not None and depth < 3:
+            earlier = [b for b in facts.bindings if b.target == name and b.order < site.order
+                       and (b.ctx.function is site.ctx.function or "." in name)]
+            if earlier:
+                return self._from_fsdp2(facts, modules, earlier[-1].value, site, depth + 1)
+        return False
+
+    @staticmethod
+    def _is_fsdp2(modules, name, site) -> bool:
+        if name is None:
+            return False
+        for wrap in modules.fsdp2_wraps:
+            if name not in (wrap.target, wrap.wrapped):
+                continue
+            if "." in name or wrap.site.ctx.function is site.ctx.function:
+                return True
+        return False
+
+    @staticmethod
+    def _bound_source(facts, site, name, named, sources):
+        """The latest binding of ``name`` before ``site`` (same function) is a norm source."""
+        earlier = [b for b in facts.bindings if b.target == name and b.order < site.order
+                   and (b.ctx.function is site.ctx.function or "." in name)]
+        if not earlier:
+            return None
+        latest = earlier[-1]
+        if latest not in named.get(name, ()):
+            return None
+        return sources[id(latest.value)]

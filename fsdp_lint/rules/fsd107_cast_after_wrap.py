@@ -1,0 +1,143 @@
+"""FSD107 cast-after-wrap."""
+
+from __future__ import annotations
+
+from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.rebinding import rebound_between
+from fsdp_lint.rules.base import FIX_NEVER, Rule
+
+
+# nn.Module methods that cast every floating-point parameter
+CAST_METHODS = frozenset({"half", "bfloat16", "float", "double"})
+TORCH_DTYPES = frozenset(
+    f"torch.{name}"
+    for name in ("bfloat16", "float16", "half", "float32", "float", "float64", "double")
+)
+
+
+def _casts_dtype(facts, call) -> bool:
+    """``.to(...)`` with a dtype: ``to(torch.bfloat16)``, ``to(device, torch.float16)``, ``to(dtype=...)``."""
+    for arg in call.args:
+        if arg.star:
+            continue
+        if arg.keyword is not None:
+            if arg.keyword.value == "dtype":
+                return True
+            continue
+        if facts.qualname(arg.value) in TORCH_DTYPES:
+            return True
+    return False
+
+
+class CastAfterWrap(Rule):
+    code = "FSD107"
+    name = "cast-after-wrap"
+    summary = "`.to(dtype)` / `.half()` / `.bfloat16()` on a module after FSDP wrapped it: use `MixedPrecision` at wrap time"
+    fix_availability = FIX_NEVER
+    markers = (
+        ("to", "half", "bfloat16", "float", "double"),
+        ("FullyShardedDataParallel", "fully_shard"),
+        (".to(", ".half(", ".bfloat16(", ".float(", ".double("),
+    )
+    doc = """\
+## What it does
+Checks for a dtype cast of a module after torch FSDP wrapped it: `m.to(torch.bfloat16)`,
+`m.to(device, torch.float16)`, `m.to(dtype=...)`, `m.half()`, `m.bfloat16()`, `m.float()`,
+`m.double()` where `m` was bound to `FSDP(...)` or passed to / bound from `fully_shard(...)`
+earlier in the same function (or is an attribute such as `self.model`). `.to(device)`
+without a dtype is not a cast; casting before the wrap is fine.
+
+## Why is this bad?
+FSDP keeps its own views of the parameters (FSDP1's flat parameter with its local shard
+and padded unshard buffers; FSDP2's sharded DTensors and all-gather buffers), created in
+the dtype the parameters had at wrap time and at the first forward. `Module.to` swaps the
+parameters' data underneath them. Once the model has run a forward, the next use fails on
+every rank (CPU/gloo, torch 2.13.0, measured by the scenario):
+- FSDP1, state dict after the cast (`model.to(torch.bfloat16); model.state_dict()`):
+  `ValueError: Invalid usage of tensors with different dtypesFound torch.float32 and
+  torch.bfloat16` in the state-dict pre-hook's unshard; the next forward:
+  `RuntimeError: mat1 and mat2 must have the same dtype, but got BFloat16 and Float`, after
+  which the handle is stuck (`AssertionError: Expects the handle training to be IDLE`).
+- FSDP2: the next forward fails in the all-gather: `RuntimeError: Expected out tensor to
+  have dtype c10::BFloat16, but got float instead`.
+A cast made right after the wrap, before any forward, happened to run on torch 2.13.0; it is
+still flagged: it relies on FSDP not having built its buffers yet, and the reduced dtype
+belongs in the wrap's mixed-precision policy, which also keeps fp32 master weights.
+
+## Example
+```python
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+model = FSDP(net)
+train(model)
+model.to(torch.bfloat16)
+torch.save(model.state_dict(), "model.pt")
+```
+
+## Use instead
+```python
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+
+model = FSDP(net, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16))
+train(model)
+state = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+torch.save(state, "model.pt")
+```
+
+With FSDP2: `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))`,
+or cast the module before `fully_shard`.
+
+## Fix safety
+No automatic fix: moving the dtype into `MixedPrecision` / `MixedPrecisionPolicy` (or
+casting before the wrap, or casting the state dict) changes what is trained or saved.
+
+## References
+- [`MixedPrecision`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision),
+  [`MixedPrecisionPolicy`](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
+- torch/distributed/fsdp/_flat_param.py (`FlatParamHandle` buffers, `_orig_param_dtype`),
+  torch/distributed/fsdp/_fully_shard/_fsdp_param.py (all-gather buffers)
+"""
+
+    def check(self, facts, report):
+        modules = fsdp_modules(facts)
+        wrapped = []  # (name, wrap)
+        for wrap in modules.wraps:
+            if wrap.target is not None:
+                wrapped.append((wrap.target, wrap))
+        for wrap in modules.fsdp2_wraps:
+            for name in {wrap.target, wrap.wrapped} - {None}:
+                wrapped.append((name, wrap))
+        if not wrapped:
+            return
+        for site in facts.calls:
+            attr = site.attr
+            if attr not in CAST_METHODS and attr != "to":
+                continue
+            receiver = dotted_name(getattr(site.node.func, "value", None))
+            if receiver is None:
+                continue
+            if attr == "to" and not _casts_dtype(facts, site.node):
+                continue
+            if attr in CAST_METHODS and site.node.args:
+                continue  # Module.half()/bfloat16()/float()/double() take no arguments
+            for name, wrap in wrapped:
+                if name != receiver or site.order <= wrap.site.order:
+                    continue
+                if site.ctx.function is not wrap.site.ctx.function and "." not in name:
+                    continue
+                if rebound_between(facts, name, wrap.site, site):
+                    continue
+                kind = "fully_shard" if wrap.fsdp2 else "FSDP"
+                policy = "`fully_shard(..., mp_policy=MixedPrecisionPolicy(...))`" if wrap.fsdp2 else \
+                    "`FSDP(..., mixed_precision=MixedPrecision(...))`"
+                report(
+                    site.node,
+                    f"`{receiver}` is cast after `{kind}` wrapped it (line {report.row(wrap.site.node)}): FSDP's "
+                    f"buffers keep the old dtype and the next forward or state dict fails; use {policy} "
+                    "at wrap time, or cast before wrapping",
+                    statement=site.ctx.statement,
+                )
+                break

@@ -1,0 +1,276 @@
+"""Which scenario proves which rule: the verifier's registry, keyed by rule code.
+
+Rules never import the verifier: a rule is named here by its code (plain data), and
+``fsdp-lint verify``, ``fsdp-lint rule`` and the docs look scenarios up with
+``variants(code)`` / ``scenario_for(code, device)``.
+
+Format (one entry per rule)::
+
+    "FSD123": Scenario(program="fsd123_<name>.py", hazard="...", ...),
+
+or, when the hazard shows differently per device, a tuple of variants, each with its own
+``devices``; the first variant that runs on the chosen device is used::
+
+    "FSD001": (Scenario(..., devices=("cpu",)), Scenario(..., devices=("cuda",))),
+
+``Scenario`` (fsdp_lint/verify/scenario.py) documents every field.  Adding a rule: write
+``fsdp_lint/scenarios/fsd123_<name>.py`` (a program in the pattern the rule flags, using
+``_harness``) and add its entry below; ``tests/test_scenarios.py`` checks every rule has one.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple, Union
+
+from fsdp_lint.verify.scenario import Scenario
+
+NO_SHARD_AT_ONE_RANK = "with one rank FSDP switches to NO_SHARD"
+
+SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
+    "FSD001": (
+        Scenario(
+            program="fsd001_summon_writeback_with_cpu_offload.py",
+            hazard="pytorch#188989 (FSDP on the CPU device, offload_to_cpu=True, default writeback): the local "
+            "shard differs after a read-only summon block (compared element-wise)",
+            devices=("cpu",),
+            min_ranks=2,
+            ranks_why=NO_SHARD_AT_ONE_RANK + ", where offload_to_cpu=True raises NotImplementedError",
+            hazard_fixed_in="2.14.1",
+        ),
+        Scenario(
+            program="fsd001_summon_writeback_with_cpu_offload_cuda.py",
+            hazard="real CPUOffload(offload_params=True) on GPUs: a read-only summon with the default writeback "
+            "takes at least 1.25x as long as with writeback=False (every rank copies its slice back to host memory)",
+            devices=("cuda",),
+            real_cpu_offload=True,
+            min_ranks=2,
+            ranks_why=NO_SHARD_AT_ONE_RANK + ": no shard to write back into",
+            slowdown=1.25,
+            timeout=300.0,
+        ),
+    ),
+    "FSD002": Scenario(
+        program="fsd002_summon_in_training_loop.py",
+        fixed_by=((
+            "        with FSDP.summon_full_params(model, writeback=False):\n"
+            "            count = sum(p.numel() for p in model.parameters())\n",
+            "        if step % 1000 == 0:\n"
+            "            with FSDP.summon_full_params(model, writeback=False):\n"
+            "                count = sum(p.numel() for p in model.parameters())\n",
+        ),),
+        hazard="median training step at least 1.10x slower than the same loop without the per-step summon",
+        min_ranks=2,
+        ranks_why=NO_SHARD_AT_ONE_RANK + ": the summon gathers nothing",
+        slowdown=1.10,
+    ),
+    "FSD003": Scenario(
+        program="fsd003_summon_offload_to_cpu_on_cpu_params.py",
+        hazard="RuntimeError (setStorage ... storage of size 0) at entry, SIGSEGV on access, or a changed shard",
+        errors=(r"setStorage: sizes \[\d+\].*storage of size 0",),
+        signal_is_hazard=True,
+        devices=("cpu",),
+        not_on={"cuda": "the bug needs FSDP parameters on the CPU device; on CUDA they are on the GPU"},
+        min_ranks=2,
+        ranks_why=NO_SHARD_AT_ONE_RANK + ", where offload_to_cpu=True raises NotImplementedError first",
+        hazard_fixed_in="2.14.1",
+    ),
+    "FSD004": Scenario(
+        program="fsd004_summon_rank0_only_writeback.py",
+        hazard="NotImplementedError: writeback=True and rank0_only=True is not supported yet",
+        errors=(r"NotImplementedError: writeback=True and rank0_only=True is not supported yet",),
+    ),
+    "FSD005": Scenario(
+        program="fsd005_summon_rank0_only_edit.py",
+        fixed_by=((
+            "with FSDP.summon_full_params(model, rank0_only=True, writeback=False):",
+            "with FSDP.summon_full_params(model):",
+        ),),
+        hazard="after the block, some ranks' shards carry the edit and others do not (ranks diverge)",
+        min_ranks=2,
+        ranks_why="ranks can only diverge from a peer",
+    ),
+    "FSD006": Scenario(
+        program="fsd006_summon_offload_to_cpu_without_rank0_only.py",
+        hazard="inside the block every rank's host memory grows by at least half the full model's size "
+        "(measured from /proc/self/statm); with rank0_only=True only rank 0's does",
+        unsafe_fix=True,
+        min_ranks=2,
+        ranks_why=NO_SHARD_AT_ONE_RANK + ", where offload_to_cpu=True raises NotImplementedError",
+        torch_min={"cpu": "2.14.1"},
+        torch_why="on CPU-resident parameters offload_to_cpu=True hits pytorch#188989 (FSD003) before 2.14.1",
+    ),
+    "FSD007": Scenario(
+        program="fsd007_step_inside_summon.py",
+        fixed_by=((
+            "    with FSDP.summon_full_params(model):\n"
+            "        loss = model(batch).sum()\n"
+            "        loss.backward()\n",
+            "    loss = model(batch).sum()\n"
+            "    loss.backward()\n"
+            "    with FSDP.summon_full_params(model):\n"
+            "        loss = loss + 0 * sum(p.sum() for p in model.parameters())\n",
+        ),),
+        hazard="AssertionError at exit (use_orig_params=False), or weights changed with no optimizer step",
+        errors=(r"AssertionError: Expects tensor to be unsharded",),
+        min_ranks=2,
+        ranks_why=NO_SHARD_AT_ONE_RANK + ": the parameters are never sharded",
+    ),
+    "FSD008": Scenario(
+        program="fsd008_summon_in_forward.py",
+        fixed_by=(
+            ("    net[0].register_forward_hook(log_norms)\n", ""),
+            ("    _harness.report(", "    log_norms(model, None, None)  # after the forward, not as a hook\n    _harness.report("),
+        ),
+        hazard="AssertionError: Cannot manually unshard parameters during forward/backward",
+        errors=(r"Cannot manually unshard parameters during forward/backward",),
+    ),
+    "FSD009": Scenario(
+        program="fsd009_summon_with_grads_unsupported.py",
+        fixed_by=((
+            "model = FSDP(_harness.mlp(), device_id=where)",
+            "model = FSDP(_harness.mlp(), device_id=where, use_orig_params=True)",
+        ),),
+        hazard="NotImplementedError: with_grads=..., use_orig_params=..., offload_to_cpu=... is not supported yet",
+        errors=(r"NotImplementedError: with_grads=True, use_orig_params=\w+, offload_to_cpu=\w+ is not supported",),
+    ),
+    "FSD010": Scenario(
+        program="fsd010_summon_offload_to_cpu_no_shard.py",
+        hazard="NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",
+        errors=(r"NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",),
+        unsafe_fix=True,
+    ),
+    "FSD011": Scenario(
+        program="fsd011_summon_on_fully_shard.py",
+        fixed_by=((
+            "    with FSDP.summon_full_params(model, writeback=False):\n"
+            "        seen = [tuple(p.to_local().shape) if hasattr(p, \"to_local\") else tuple(p.shape) for p in model.parameters()]\n",
+            "    seen = [tuple(p.full_tensor().shape) for p in model.parameters()]\n",
+        ),),
+        hazard="inside the block the parameters are still sharded DTensors (local shape differs from the full shape)",
+        min_ranks=2,
+        ranks_why="on one rank a shard is the whole parameter",
+    ),
+    "FSD012": Scenario(
+        program="fsd012_summon_not_entered.py",
+        fixed_by=((
+            "    FSDP.summon_full_params(model, writeback=False)\n"
+            "    seen = [tuple(p.shape) for p in model.parameters()]\n",
+            "    with FSDP.summon_full_params(model, writeback=False):\n"
+            "        seen = [tuple(p.shape) for p in model.parameters()]\n",
+        ),),
+        hazard="after the call the parameters are still sharded (shapes differ from the full ones)",
+        min_ranks=2,
+        ranks_why=NO_SHARD_AT_ONE_RANK + ": the parameters are never sharded",
+    ),
+    "FSD101": Scenario(
+        program="fsd101_optimizer_before_wrap.py",
+        fixed_by=((
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    model = FSDP(model, device_id=where)\n",
+            "    model = FSDP(model, device_id=where)\n"
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ),),
+        hazard="after optimizer steps with non-zero gradients the model's weights have not changed",
+    ),
+    "FSD102": Scenario(
+        program="fsd102_clip_grad_norm_on_sharded_fsdp.py",
+        hazard="the ranks compute different gradient norms (each its local shard's) and clip differently",
+        unsafe_fix=True,
+        min_ranks=2,
+        ranks_why="with one rank the local norm is the global norm",
+    ),
+    "FSD103": Scenario(
+        program="fsd103_move_after_cpu_offload_wrap.py",
+        fixed_by=((
+            "    model = FSDP(_harness.mlp(), cpu_offload=CPUOffload(offload_params=True))\n"
+            "    model = model.cuda()\n",
+            "    model = FSDP(_harness.mlp(), cpu_offload=CPUOffload(offload_params=True), device_id=local_rank)\n",
+        ),),
+        hazard="RuntimeError at the first forward: parameters on cuda with CPU offloading enabled",
+        errors=(r"FSDP-managed module with parameter CPU offloading enabled has parameters on",),
+        devices=("cuda",),
+        real_cpu_offload=True,
+    ),
+    "FSD104": Scenario(
+        program="fsd104_collective_on_one_rank.py",
+        fixed_by=((
+            "    if dist.get_rank() == 0:\n"
+            "        state = model.state_dict()\n",
+            "    state = model.state_dict()\n"
+            "    if dist.get_rank() == 0:\n",
+        ),),
+        hazard="the job hangs: at the timeout each rank's stack (faulthandler) shows the collective it is blocked "
+        "in; or a rank fails in a mismatched collective",
+        hang_is_hazard=True,
+        errors=(r"(Connection closed by peer|Connection reset by peer|Timed out waiting for|"
+                r"Watchdog caught collective operation timeout)",),
+        min_ranks=2,
+        ranks_why="a collective on one rank only hangs when there is a peer to wait for",
+        timeout=60.0,
+    ),
+    "FSD105": Scenario(
+        program="fsd105_generate_outside_summon.py",
+        min_ranks=2,
+        ranks_why="with one rank FSDP switches to NO_SHARD and the root's parameters stay whole",
+        fixed_by=((
+            "    tokens = model.generate(prompt, max_new_tokens=4)\n",
+            "    with FSDP.summon_full_params(model, writeback=False, recurse=False):\n"
+            "        tokens = model.generate(prompt, max_new_tokens=4)\n",
+        ),),
+        hazard="generate fails on the flattened, sharded root parameters ('weight' must be 2-D / setStorage)",
+        errors=(
+            r"'weight' must be 2-D",
+            r"setStorage: sizes \[\d+\], strides \[1\], storage offset \d+, and itemsize \d+ requiring a storage size",
+            r"mat1 and mat2 shapes cannot be multiplied",
+        ),
+    ),
+    "FSD106": Scenario(
+        program="fsd106_grad_norm_read_per_rank.py",
+        min_ranks=2,
+        ranks_why="one rank holds the whole gradient: its local norm is the global one",
+        hazard="the ranks read different gradient norms (a local shard's norm instead of the global one)",
+        unsafe_fix=True,
+    ),
+    "FSD107": Scenario(
+        program="fsd107_cast_after_wrap.py",
+        fixed_by=((
+            "    model.to(torch.bfloat16)\n"
+            "    state = model.state_dict()\n",
+            "    state = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}\n",
+        ),),
+        hazard="the cast wrapped model fails in its state-dict hooks or its next forward (dtype mismatch)",
+        errors=(
+            r"Invalid usage of tensors with different dtypes",
+            r"mat1 and mat2 must have the same dtype",
+            r"Expected out tensor to have dtype",
+            r"Expects the handle training to be IDLE",
+        ),
+    ),
+    "FSD108": Scenario(
+        program="fsd108_save_on_every_rank.py",
+        min_ranks=2,
+        ranks_why="one rank writes the only save",
+        fixed_by=((
+            '    path = os.path.join(out_dir, "model.pt")\n',
+            '    path = os.path.join(out_dir, f"model_rank{rank}.pt")\n',
+        ),),
+        hazard="the saved file holds one rank's data only (the other ranks' saves are lost) or does not load",
+    ),
+}
+
+def variants(code: str) -> Tuple[Scenario, ...]:
+    """Every scenario declared for ``code`` (empty: the rule has none)."""
+    entry = SCENARIOS.get(code)
+    if entry is None:
+        return ()
+    return entry if isinstance(entry, tuple) else (entry,)
+
+
+def scenario_for(code: str, device: str) -> Optional[Scenario]:
+    """The variant of ``code``'s scenario that runs on ``device`` (else its first variant,
+    whose ``cannot_run`` says why it is skipped); None when the rule has no scenario."""
+    found = variants(code)
+    for scenario in found:
+        if device in scenario.devices:
+            return scenario
+    return found[0] if found else None

@@ -1,0 +1,36 @@
+"""``fsdp-lint server``: a Language Server Protocol server over stdio (pygls).
+
+Needs the ``server`` extra (``pip install 'fsdp-lint[server]'``); the linter itself needs
+only libcst.  Modules: ``app`` (the server and its LSP handlers), ``linting`` (which
+documents, which settings, the engine), ``lsp_diagnostics`` (findings as LSP diagnostics),
+``actions`` (quick fixes, fix all, noqa), ``hover`` (rule pages), ``settings`` (what the
+editor may set), ``text_index`` (offsets and LSP positions), ``incremental`` (re-parsing
+only the statements an edit changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+INSTALL_HINT = "fsdp-lint server needs pygls: pip install 'fsdp-lint[server]'"
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(
+        prog="fsdp-lint server",
+        description="Run the fsdp-lint language server on standard input and output (LSP). "
+        "Editors start it; see docs/editors.md.",
+    )
+    parser.parse_args(list(argv))
+    try:
+        from fsdp_lint.server.app import create_server
+    except ImportError as exc:
+        print(f"fsdp-lint: error: {INSTALL_HINT} ({exc})", file=sys.stderr)
+        return 2
+    # the protocol owns standard output: anything else printed goes to standard error
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr
+    create_server().start_io(stdin, stdout)
+    return 0

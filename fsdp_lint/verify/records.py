@@ -1,0 +1,249 @@
+"""Machine-written records of verifier runs (``fsdp-lint verify --record DIR``).
+
+One JSON file per run and interpreter: what ran (fsdp-lint version and git commit, a hash of
+every scenario file), where (torch version and build, backend, device names, ranks, nodes,
+date) and what happened (each rule's verdict, and each rank's exit and evidence in the
+flagged and the fixed program).  The records shipped in ``fsdp_lint/verify/records/`` are
+the source of the docs (``python -m fsdp_lint.docs docs``) and of ``fsdp-lint rule``; a
+test fails when the docs and the records disagree.
+
+Records are never edited by hand.  Runs made before records existed are kept only through
+``python -m fsdp_lint.verify.records import-legacy OLD.json --note TEXT``, which marks them
+``"provenance": "imported"`` with what is known about them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import fsdp_lint
+
+FORMAT = "fsdp-lint-verify-record/1"
+PACKAGE = Path(fsdp_lint.__file__).resolve().parent
+SHIPPED = PACKAGE / "verify" / "records"
+SCENARIOS = PACKAGE / "scenarios"
+REQUIRED = (
+    "format", "provenance", "fsdp_lint", "scenario_hashes", "torch", "backend", "device",
+    "device_names", "nproc", "nnodes", "world_size", "date", "results",
+)
+RESULT_KEYS = ("code", "name", "verdict", "flagged", "fixed", "reason")
+
+
+def scenario_hashes() -> Dict[str, str]:
+    """sha256 of every file of the scenarios package (programs, harness, registry)."""
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(SCENARIOS.glob("*.py"))
+    }
+
+
+def git_state() -> Dict[str, Optional[object]]:
+    """The commit this fsdp_lint was loaded from, when it sits in a git checkout."""
+    def git(*args: str) -> Optional[str]:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(PACKAGE.parent), *args], capture_output=True, text=True, timeout=20
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != PACKAGE.parent:
+        # a copy without .git (a remote machine): the commit it was copied from, if given
+        given = os.environ.get("FSDP_LINT_GIT_COMMIT")
+        return {"commit": given, "dirty": None, **({"commit_from": "FSDP_LINT_GIT_COMMIT"} if given else {})}
+    status = git("status", "--porcelain", "--", "fsdp_lint", ":!fsdp_lint/verify/records")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
+
+
+def _rank_entry(rank) -> dict:
+    from fsdp_lint.verify.launcher import failure_line
+
+    entry = {
+        "rank": rank.rank,
+        "returncode": rank.returncode,
+        "signal": rank.signal,
+        "terminated": rank.terminated,
+        "hung": rank.hung,
+        "outcome": rank.describe(),
+    }
+    if rank.report is not None:
+        entry["report"] = rank.report
+    if rank.returncode not in (0, None) or rank.hung:
+        entry["failure_line"] = failure_line(rank.log_text())
+    return entry
+
+
+def _program_entry(outcome) -> dict:
+    return {
+        "seconds": round(outcome.seconds, 2),
+        "timed_out": outcome.timed_out,
+        "launcher_error": outcome.launcher_error,
+        "ranks": [_rank_entry(rank) for rank in outcome.ranks],
+    }
+
+
+def source_state() -> dict:
+    """What ran: taken when the run starts (files may change while it runs)."""
+    return {"fsdp_lint": {"version": fsdp_lint.__version__, **git_state()}, "scenario_hashes": scenario_hashes()}
+
+
+def build(info: dict, topology, backend: str, device: str, results, command: List[str],
+          source: Optional[dict] = None, some_rules: bool = False) -> dict:
+    """A record of one run: ``info`` from the interpreter's torch probe, ``results`` triples of
+    (rule, Judgement, scenario), ``source`` from ``source_state()`` at the start."""
+    source = source or source_state()
+    entries = []
+    for rule, judgement, scenario in results:
+        entry = {
+            "code": rule.code,
+            "name": rule.name,
+            "verdict": judgement.verdict,
+            "flagged": judgement.flagged,
+            "fixed": judgement.fixed,
+            "reason": judgement.reason,
+            "scenario": scenario.program if scenario else None,
+            "hazard_fixed_in": scenario.hazard_fixed_in if scenario else None,
+        }
+        if judgement.outcomes:
+            entry["programs"] = dict(zip(("flagged", "fixed"), map(_program_entry, judgement.outcomes)))
+        entries.append(entry)
+    return {
+        "format": FORMAT,
+        "provenance": "recorded",
+        "generator": "fsdp-lint verify --record",
+        "command": command,
+        "fsdp_lint": source["fsdp_lint"],
+        "scenario_hashes": source["scenario_hashes"],
+        "torch": {key: info.get(key) for key in ("version", "cuda", "git_version", "debug")},
+        "python": info.get("python"),
+        "backend": backend,
+        "device": device,
+        "device_names": info.get("device_names") or [],
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "nproc": topology.nproc,
+        "nnodes": topology.nnodes,
+        "world_size": topology.world_size,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "some_rules": some_rules,
+        "results": entries,
+    }
+
+
+def file_name(record: dict) -> str:
+    torch_version = (record["torch"].get("version") or "unknown").replace("+", "-")
+    day = record["date"][:10]
+    kind = "-imported" if record.get("provenance") == "imported" else ""
+    codes = [result["code"] for result in record["results"]]
+    part = f"-{codes[0]}-{codes[-1]}" if record.get("some_rules") and codes else ""  # a run of some rules only
+    return (
+        f"{day}-{record['backend']}-{record['device']}-{record['world_size']}ranks-torch-{torch_version}"
+        f"{part}{kind}.json"
+    )
+
+
+def write(record: dict, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / file_name(record)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def problems(record: dict) -> List[str]:
+    """What makes ``record`` not a record (missing keys, unknown provenance)."""
+    found = [f"missing {key!r}" for key in REQUIRED if key not in record]
+    if record.get("format") != FORMAT:
+        found.append(f"format is {record.get('format')!r}, not {FORMAT!r}")
+    if record.get("provenance") not in ("recorded", "imported"):
+        found.append(f"provenance {record.get('provenance')!r}")
+    if record.get("provenance") == "imported" and not record.get("note"):
+        found.append("an imported record needs a note saying what is known")
+    for result in record.get("results", []):
+        found += [f"{result.get('code')}: missing {key!r}" for key in RESULT_KEYS if key not in result]
+    return found
+
+
+def load(folder: Path = SHIPPED) -> List[dict]:
+    """Every record in ``folder``, oldest first, then by file name."""
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+        record["_file"] = path.name
+        records.append(record)
+    return sorted(records, key=lambda r: (r["provenance"] != "imported", r["date"], r["_file"]))
+
+
+def import_legacy(old: dict, note: str, date: str, machine: str) -> dict:
+    """A record for a run made before records existed: what the old file says, nothing more
+    (no commit, no scenario hashes, no per-rank entries), marked imported, with a note."""
+    version = old.get("torch")
+    return {
+        "format": FORMAT,
+        "provenance": "imported",
+        "generator": "python -m fsdp_lint.verify.records import-legacy",
+        "note": note,
+        "command": None,
+        "fsdp_lint": {"version": None, "commit": None, "dirty": None},
+        "scenario_hashes": None,
+        "torch": {"version": version, "cuda": None, "git_version": None, "debug": None},
+        "python": None,
+        "backend": old["backend"],
+        "device": old["device"],
+        "device_names": [],
+        "machine": machine or old.get("machine", ""),
+        "nproc": old["nproc"],
+        "nnodes": 1,
+        "world_size": old["nproc"],
+        "date": date,
+        "results": [
+            {
+                **{key: item[key] for key in RESULT_KEYS},
+                "scenario": None,
+                "hazard_fixed_in": item.get("hazard_fixed_in"),
+                **({"old_note": item["note"]} if item.get("note") else {}),
+            }
+            for item in old["results"]
+        ],
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fsdp_lint.verify.records")
+    sub = parser.add_subparsers(dest="command", required=True)
+    legacy = sub.add_parser("import-legacy", help="wrap a run made before records existed")
+    legacy.add_argument("old", type=Path)
+    legacy.add_argument("--note", required=True, help="what is known about the run (who, when, which scenarios)")
+    legacy.add_argument("--date", required=True, help="when it ran (ISO 8601)")
+    legacy.add_argument("--machine", default="")
+    legacy.add_argument("--out", type=Path, default=SHIPPED)
+    check = sub.add_parser("check", help="validate records")
+    check.add_argument("folder", type=Path, nargs="?", default=SHIPPED)
+    args = parser.parse_args(argv)
+    if args.command == "import-legacy":
+        with open(args.old, encoding="utf-8") as handle:
+            record = import_legacy(json.load(handle), args.note, args.date, args.machine)
+        print(write(record, args.out))
+        return 0
+    bad = 0
+    for record in load(args.folder):
+        for problem in problems(record):
+            print(f"{record['_file']}: {problem}")
+            bad += 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

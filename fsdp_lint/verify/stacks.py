@@ -1,0 +1,94 @@
+"""Where a hung rank waits: read the ``faulthandler`` dump in its log.
+
+At the timeout the launcher sends each rank's program SIGUSR1; ``faulthandler`` writes every
+thread's stack (``Thread 0x... (most recent call first):`` then ``  File "f.py", line 3 in
+main``).  ``blocked_at`` turns the dump into one line: the program's own statement and the
+phase (forward, backward, state_dict ...) and the ``torch.distributed`` call it is blocked
+in, e.g. ``model(batch).sum().backward()`` (line 17) -> backward -> blocked in torch.distributed
+reduce_scatter_single.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import List, Optional
+
+_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):\s*$")
+_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+# What the rank was doing, from the innermost frame whose function name says it.
+PHASES = ("state_dict", "summon_full_params", "forward", "backward", "optimizer", "barrier")
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    func: str
+
+
+def last_dump(text: str) -> List[List[Frame]]:
+    """The threads of the last faulthandler dump in ``text`` (innermost frame first)."""
+    dumps: List[List[List[Frame]]] = []
+    threads: Optional[List[List[Frame]]] = None
+    for line in text.splitlines():
+        if _THREAD.match(line):
+            threads = threads if threads is not None else []
+            threads.append([])
+            continue
+        if threads is None:
+            continue
+        match = _FRAME.match(line)
+        if match:
+            threads[-1].append(Frame(match.group("file"), int(match.group("line")), match.group("func")))
+        elif line.strip():  # blank lines separate threads; any other line ends the dump
+            dumps.append(threads)
+            threads = None
+    if threads:
+        dumps.append(threads)
+    return dumps[-1] if dumps else []
+
+
+def _source_line(path: str, line: int) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, text in enumerate(handle, 1):
+                if number == line:
+                    return text.strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _is_distributed(frame: Frame) -> bool:
+    path = frame.file.replace(os.sep, "/")
+    return "/torch/distributed/" in path
+
+
+def blocked_at(text: str, program: str) -> Optional[str]:
+    """One line saying where the program was when its stack was dumped, or None (no dump)."""
+    threads = last_dump(text)
+    if not threads:
+        return None
+    name = os.path.basename(program)
+    mine = [t for t in threads if any(os.path.basename(f.file) == name for f in t)] or threads[:1]
+    frames = mine[0]
+    own = next((f for f in frames if os.path.basename(f.file) == name), None)
+    collective = next((f for f in frames if f.file.replace(os.sep, "/").endswith("distributed_c10d.py")), None)
+    if collective is None:
+        collective = next((f for f in frames if _is_distributed(f) and f.func not in ("wrapper", "inner")), None)
+    parts = []
+    phase = next((p for f in frames for p in PHASES if p in f.func), None)
+    if own is not None:
+        source = _source_line(program, own.line)
+        parts.append(f"`{source}` (line {own.line})" if source else f"{name}:{own.line}")
+    if phase is not None:
+        parts.append(phase)
+    if collective is not None:
+        parts.append(f"blocked in torch.distributed {collective.func}")
+    elif frames and frames[0] is not own:
+        parts.append(f"in {frames[0].func} ({os.path.basename(frames[0].file)}:{frames[0].line})")
+    return " -> ".join(parts)

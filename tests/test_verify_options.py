@@ -1,0 +1,40 @@
+"""``fsdp-lint verify`` options that are decided before anything runs (no torch needed)."""
+
+from fsdp_lint.verify.launcher import Topology, failure_line, is_warning_line
+
+
+def test_one_node_is_standalone():
+    assert Topology(nproc=2).torchrun_args(3, "FSD001-flagged") == ["--standalone", "--nproc_per_node=2"]
+
+
+def test_several_nodes_pass_through_to_torchrun_one_port_and_run_id_per_program():
+    topology = Topology(nproc=4, nnodes=2, node_rank=1, rdzv_backend="c10d", rdzv_endpoint="head:29500",
+                        rdzv_id="job7")
+    assert topology.world_size == 8 and topology.multi_node
+    assert topology.torchrun_args(3, "FSD102-fixed") == [
+        "--nnodes=2", "--nproc_per_node=4", "--node-rank=1", "--rdzv-backend=c10d",
+        "--rdzv-endpoint=head:29503", "--rdzv-id=job7-FSD102-fixed",
+    ]
+    defaults = Topology(nproc=1, nnodes=2, rdzv_endpoint="10.0.0.1:29400").torchrun_args(0, "FSD004-flagged")
+    assert "--rdzv-backend=c10d" in defaults and "--rdzv-id=fsdp-lint-verify-FSD004-flagged" in defaults
+    assert not any(a.startswith("--node-rank") for a in defaults)
+
+
+def test_several_nodes_need_an_endpoint(cli):
+    result = cli("verify", "FSD004", "--nnodes", "2")
+    assert result.returncode == 2 and "--rdzv-endpoint" in result.stderr
+
+
+def test_bad_values_are_usage_errors(cli):
+    for args in (["--nproc", "0"], ["--timeout", "-1"], ["--nnodes", "x"]):
+        result = cli("verify", "FSD004", *args)
+        assert result.returncode == 2, args
+
+
+def test_warning_lines():
+    assert is_warning_line("/t/fsdp/_unshard_param_utils.py:290: UserWarning: offload_to_cpu=True and ...")
+    assert is_warning_line("  warnings.warn(")
+    assert not is_warning_line("[rank0]: RuntimeError: setStorage: sizes [4096] ... storage of size 0")
+    assert failure_line("RuntimeError: a\nFutureWarning: b\n[W] destroy_process_group() was not called\n") == (
+        "RuntimeError: a"
+    )

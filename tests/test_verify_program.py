@@ -1,0 +1,401 @@
+"""``fsdp-lint verify --program``: the user's own job under torchrun with the runtime layer.
+
+Slow tests run real torchrun jobs on CPU/gloo: every scenario's flagged program (CONFIRMED
+for its rule at its line) and fixed program (nothing for its rule), the multi-file example
+whose offload the static check cannot see, and programs that fail for their own reasons.
+The fast tests feed the evidence and join stages with event files and findings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fsdp_lint.diagnostics import Diagnostic, Location
+from fsdp_lint.verify.launcher import ProgramOutcome, RankOutcome
+from fsdp_lint.verify.program.evidence import collect
+from fsdp_lint.verify.program.join import CONFIRMED, MISSED, NOT_REACHED, RAN_CLEAN, join
+from fsdp_lint.verify.program.options import OptionsError, parse, wants_program
+from fsdp_lint.verify.program.report import RunInfo, exit_status, render, to_sarif
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "offload_in_config"
+
+# the line of each scenario's flagged program where the hazard is (found by its text)
+HAZARD_LINE = {
+    "FSD001": "with FSDP.summon_full_params(model, offload_to_cpu=True):",
+    "FSD002": "with FSDP.summon_full_params(model, writeback=False):",
+    "FSD003": "with FSDP.summon_full_params(model, offload_to_cpu=True, writeback=False):",
+    "FSD004": "with FSDP.summon_full_params(model, rank0_only=True):",
+    "FSD005": "with FSDP.summon_full_params(model, rank0_only=True, writeback=False):",
+    "FSD007": "loss.backward()",
+    "FSD008": "with FSDP.summon_full_params(model, writeback=False):",
+    "FSD009": "with FSDP.summon_full_params(model, with_grads=True",
+    "FSD010": "with FSDP.summon_full_params(model, offload_to_cpu=True, rank0_only=True",
+    "FSD011": "with FSDP.summon_full_params(model, writeback=False):",
+    "FSD012": "FSDP.summon_full_params(model, writeback=False)",
+    "FSD101": "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "FSD102": "torch.nn.utils.clip_grad_norm_(",
+    "FSD104": "state = model.state_dict()",
+}
+TIMEOUT = {"FSD104": 45}
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def _verify(cli, program: Path, log_dir: Path, *extra, timeout=180, cwd=None):
+    result = cli("verify", "--program", program, "--format", "json", "--timeout", timeout,
+                 "--log-dir", log_dir, *extra, cwd=cwd)
+    assert result.stdout.strip(), result.stderr
+    return result.returncode, json.loads(result.stdout), result.stderr
+
+
+# -- real jobs (torchrun, CPU/gloo) --------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", sorted(HAZARD_LINE))
+def test_scenario_flagged_is_confirmed_and_fixed_reports_nothing(cli, tmp_path, code):
+    from fsdp_lint.rules import lookup
+    from fsdp_lint.verify.command import prepare
+
+    rule = lookup(code)
+    flagged, fixed, problem = prepare(rule, tmp_path / "programs")
+    assert problem is None, problem
+    line = _line_of(flagged.read_text(), HAZARD_LINE[code])
+    timeout = TIMEOUT.get(code, 180)
+
+    status, report, stderr = _verify(cli, flagged, tmp_path / "flagged-logs", timeout=timeout)
+    confirmed = [f for f in report["findings"] if f["code"] == code and f["verdict"] == CONFIRMED]
+    assert confirmed, json.dumps(report, indent=1)
+    assert line in {f["location"]["row"] for f in confirmed}, (line, confirmed)
+    assert all(f["evidence"] for f in confirmed)
+    assert report["job"]["status"] == "OK", report["job"]
+    assert status == 1
+
+    status, report, stderr = _verify(cli, fixed, tmp_path / "fixed-logs", timeout=timeout)
+    assert report["job"]["status"] == "OK", report["job"]
+    assert not [f for f in report["findings"] if f["code"] == code and f["verdict"] == CONFIRMED], report
+    assert not [m for m in report["missed"] if m["code"] == code], report["missed"]
+
+
+@pytest.mark.slow
+def test_offload_in_config_is_missed_by_static_analysis(cli, tmp_path):
+    status, report, _ = _verify(cli, EXAMPLE / "train.py", tmp_path / "logs", "--", "--steps", "4")
+    summon_line = _line_of((EXAMPLE / "checkpoint_utils.py").read_text(), "summon_full_params(")
+    missed = [m for m in report["missed"] if m["code"] == "FSD001"]
+    assert missed, json.dumps(report, indent=1)
+    assert missed[0]["site"]["row"] == summon_line
+    assert os.path.samefile(missed[0]["site"]["filename"], EXAMPLE / "checkpoint_utils.py")
+    assert not [f for f in report["findings"] if f["code"] == "FSD001"]  # the static pass cannot see it
+    assert report["job"]["status"] == "OK"
+    assert status == 1
+
+
+CRASHING = '''\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def load_batch(step):
+    rows = [1.0, 2.0, 3.0]
+    return torch.tensor(rows[step])
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = FSDP(torch.nn.Linear(4, 4), device_id=torch.device("cpu"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(5):
+        model(torch.randn(2, 4) * load_batch(step)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    with FSDP.summon_full_params(model, rank0_only=True):  # export after training: never reached
+        pass
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+EARLY_EXIT = '''\
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = FSDP(torch.nn.Linear(4, 4), device_id=torch.device("cpu"))
+    if dist.get_rank() == 1:
+        sys.exit(0)  # "nothing left to do on this rank"
+    model(torch.randn(2, 4)).sum().backward()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.slow
+def test_program_that_crashes_for_its_own_reason_is_error_with_its_traceback(cli, tmp_path):
+    program = tmp_path / "train.py"
+    program.write_text(CRASHING)
+    status, report, _ = _verify(cli, program, tmp_path / "logs")
+    assert status == 2
+    assert report["job"]["status"] == "ERROR"
+    assert "IndexError" in report["job"]["error"]
+    assert "load_batch" in report["job"]["traceback"] and "rows[step]" in report["job"]["traceback"]
+    # the FSD004 summon after the crash never ran: not a false CONFIRMED
+    fsd004 = [f for f in report["findings"] if f["code"] == "FSD004"]
+    assert fsd004 and all(f["verdict"] == NOT_REACHED for f in fsd004)
+    assert not report["missed"]
+
+
+@pytest.mark.slow
+def test_steps_stop_the_job_after_n_optimizer_steps(cli, tmp_path):
+    program = tmp_path / "train.py"
+    program.write_text(CRASHING)  # crashes at its 4th step; --steps 2 stops it before
+    status, report, _ = _verify(cli, program, tmp_path / "logs", "--steps", "2")
+    assert report["job"]["status"] == "OK", report["job"]
+    assert report["job"]["optimizer_steps"] == 2
+    assert {r["end"] for r in report["job"]["ranks"]} == {"stopped"}
+    assert [f["verdict"] for f in report["findings"] if f["code"] == "FSD004"] == [NOT_REACHED]
+    assert status == 0
+
+
+@pytest.mark.slow
+def test_rank_that_exits_early_while_the_other_waits_is_error(cli, tmp_path):
+    program = tmp_path / "train.py"
+    program.write_text(EARLY_EXIT)
+    status, report, _ = _verify(cli, program, tmp_path / "logs", timeout=40)
+    assert status == 2
+    assert report["job"]["status"] == "ERROR"
+    assert not [f for f in report["findings"] if f["verdict"] == CONFIRMED]
+    assert not report["missed"]
+
+
+# -- command line ----------------------------------------------------------------------
+
+
+def test_program_options_and_torchrun_options():
+    argv = ["--program", "train.py", "--nproc", "4", "--master-port", "29611", "--max-restarts=0",
+            "--steps", "3", "--", "--lr", "0.1", "--nproc", "9"]
+    assert wants_program(argv)
+    opts = parse(argv)
+    assert (opts.program, opts.nproc, opts.steps) == ("train.py", 4, 3)
+    assert opts.program_args == ["--lr", "0.1", "--nproc", "9"]
+    assert opts.torchrun_env == {"PET_MASTER_PORT": "29611", "PET_MAX_RESTARTS": "0"}
+    assert parse(["-m", "pkg.train"]).module == "pkg.train"
+    assert not wants_program(["FSD001", "--nproc", "2"])
+    assert not wants_program(["FSD001", "--", "--program"])
+    with pytest.raises(OptionsError):
+        parse(["--program", "t.py", "--nproc-per-node", "2"])
+    with pytest.raises(OptionsError):
+        parse(["--program", "t.py", "stray"])
+
+
+def test_module_target_is_found_without_importing_it(tmp_path, monkeypatch):
+    from fsdp_lint.verify.program.command import module_file, source_paths
+
+    package = tmp_path / "trainer"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise SystemExit('imported!')\n")
+    (package / "main.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    assert module_file("trainer.main") == package / "main.py"
+    paths, problem = source_paths(parse(["-m", "trainer.main"]))
+    assert problem is None and paths == [str(package)]
+    assert source_paths(parse(["-m", "nowhere.main"]))[1]
+
+
+def test_missing_program_is_a_usage_error(cli, tmp_path):
+    result = cli("verify", "--program", tmp_path / "nope.py")
+    assert result.returncode == 2
+    assert "no such program" in result.stderr
+
+
+# -- evidence and join, from event files -----------------------------------------------
+
+
+def _events(tmp_path, per_rank, exits=None, hung=False):
+    outcome = ProgramOutcome("train.py", str(tmp_path), timed_out=hung)
+    for rank, rows in per_rank.items():
+        with open(tmp_path / f"rank{rank}.events.jsonl", "w") as handle:
+            for row in rows:
+                handle.write(json.dumps(row) + "\n")
+        (tmp_path / f"rank{rank}.log").write_text("")
+        code = (exits or {}).get(rank, 0)
+        outcome.ranks.append(RankOutcome(rank, returncode=None if hung else code, hung=hung,
+                                         log_path=str(tmp_path / f"rank{rank}.log")))
+    return outcome
+
+
+def _finding(code, path, row, end_row=None):
+    return Diagnostic(code, code.lower(), f"{code} message", str(path), Location(row, 5),
+                      Location(end_row or row, 30))
+
+
+def _steps(n):
+    return [{"e": "step", "step": i + 1, "t": float(i)} for i in range(n)]
+
+
+def test_summon_every_step_is_fsd002_and_a_guarded_one_is_not(tmp_path):
+    every = [{"e": "summon_exit", "site": ["/w/train.py", 30], "index": i, "step": i, "seconds": 0.01}
+             for i in range(10)]
+    guarded = [{"e": "summon_exit", "site": ["/w/train.py", 40], "index": 0, "step": 0, "seconds": 0.01}]
+    rows = _steps(10) + every + guarded + [{"e": "exit", "code": 0}]
+    job = collect(_events(tmp_path, {0: rows, 1: rows}), 2)
+    v = join([_finding("FSD002", "/w/train.py", 30), _finding("FSD002", "/w/train.py", 40)], job)
+    assert [r.verdict for r in v.results] == [CONFIRMED, RAN_CLEAN]
+    assert "entered in 10 of 10 optimizer steps" in v.results[0].evidence[0]
+    assert job.error is None and not v.missed
+
+
+def test_divergent_shards_after_rank0_only_edit_is_fsd005(tmp_path):
+    def exit_row(changed):
+        return {"e": "summon_exit", "site": ["/w/edit.py", 7], "index": 0, "options": {"rank0_only": True},
+                "shard_changed": changed, "wrote": None}
+
+    job = collect(_events(tmp_path, {0: [exit_row(False)], 1: [exit_row(True)]}), 2)
+    v = join([], job)
+    assert [(h.rule, h.site) for h in v.missed] == [("FSD005", ("/w/edit.py", 7))]
+    assert "changed on rank(s) 1 and not on rank(s) 0" in v.missed[0].evidence[0]
+    same = collect(_events(tmp_path, {0: [exit_row(True)], 1: [exit_row(True)]}), 2)
+    assert not same.hazards
+
+
+def test_local_norms_against_the_global_norm_is_fsd102(tmp_path):
+    def clip(norm):
+        return {"e": "clip", "site": ["/w/t.py", 9], "index": 0, "sharded": 6, "norm": norm, "norm_type": 2.0}
+
+    job = collect(_events(tmp_path, {0: [clip(3.0)], 1: [clip(4.0)]}), 2)
+    assert [h.rule for h in job.hazards] == ["FSD102"]
+    assert "the norm over all shards is 5.0000" in job.hazards[0].evidence[0]
+
+
+def test_full_copy_in_host_memory_on_every_rank_is_fsd006(tmp_path):
+    def exit_row(host):
+        return {"e": "summon_exit", "site": ["/w/t.py", 4], "index": 0, "options": {"offload_to_cpu": True},
+                "full_bytes": 4 << 20, "host_bytes": host, "host_growth": host}
+
+    job = collect(_events(tmp_path, {0: [exit_row(4 << 20)], 1: [exit_row(4 << 20)]}), 2)
+    assert [(h.rule, sorted(h.ranks)) for h in job.hazards] == [("FSD006", [0, 1])]
+    assert "held 4.00 MiB of full parameters in host memory" in job.hazards[0].evidence[0]
+    assert not collect(_events(tmp_path, {0: [exit_row(4 << 20)], 1: [exit_row(0)]}), 2).hazards
+
+
+def test_collective_on_one_rank_explains_the_hang(tmp_path):
+    save = {"e": "collective", "api": "state_dict", "site": ["/w/t.py", 15], "index": 0}
+    (tmp_path / "rank0.stacks.txt").write_text("Thread 0x1 (most recent call first):\n")
+    job = collect(_events(tmp_path, {0: [save], 1: []}, hung=True), 2)
+    assert [(h.rule, h.site) for h in job.hazards] == [("FSD104", ("/w/t.py", 15))]
+    assert "1 time(s) by rank 0, 0 time(s) by rank 1" in job.hazards[0].evidence[0]
+    assert job.error is None
+    assert job.stacks == [str(tmp_path / "rank0.stacks.txt")]
+
+
+def test_hang_without_a_one_rank_collective_is_error(tmp_path):
+    both = {"e": "collective", "api": "barrier", "site": ["/w/t.py", 15], "index": 0}
+    job = collect(_events(tmp_path, {0: [both], 1: [both]}, hung=True), 2)
+    assert not job.hazards
+    assert job.error and "stopped making progress" in job.error
+
+
+def test_unrelated_exception_is_error_and_hazard_exception_is_not(tmp_path):
+    crash = {"e": "exception", "rule": None, "site": ["/w/t.py", 3], "message": "KeyError: 'lr'",
+             "traceback": "Traceback (most recent call last):\nKeyError: 'lr'\n"}
+    job = collect(_events(tmp_path, {0: [crash], 1: [crash]}, exits={0: 1, 1: 1}), 2)
+    assert job.error == "rank 0: KeyError: 'lr'" and "KeyError" in job.error_traceback
+    hazard = dict(crash, rule="FSD004", message="NotImplementedError: writeback=True and rank0_only=True is not "
+                  "supported yet")
+    job = collect(_events(tmp_path, {0: [hazard], 1: [hazard]}, exits={0: 1, 1: 1}), 2)
+    assert job.error is None
+    assert [(h.rule, sorted(h.ranks)) for h in job.hazards] == [("FSD004", [0, 1])]
+
+
+def test_join_verdicts_and_missed(tmp_path):
+    rows = [
+        {"e": "hazard", "rule": "FSD012", "site": ["/w/a.py", 12], "evidence": "never entered"},
+        {"e": "summon_enter", "site": ["/w/a.py", 20], "index": 0},
+        {"e": "hazard", "rule": "FSD001", "site": ["/w/b.py", 5], "evidence": "shard changed"},
+    ]
+    job = collect(_events(tmp_path, {0: rows}), 1)
+    findings = [
+        _finding("FSD012", "/w/a.py", 11, 13),  # multi-line call: any of its rows matches
+        _finding("FSD001", "/w/a.py", 20),
+        _finding("FSD004", "/w/a.py", 30),
+    ]
+    v = join(findings, job)
+    assert [r.verdict for r in v.results] == [CONFIRMED, RAN_CLEAN, NOT_REACHED]
+    assert [(h.rule, h.site) for h in v.missed] == [("FSD001", ("/w/b.py", 5))]
+    assert exit_status(v) == 1
+    info = RunInfo("a.py", "2.13.0", 1, "gloo", "cpu", str(tmp_path), 1.0)
+    text = render(v, info, "text")
+    assert "FSD012 CONFIRMED" in text and MISSED in text and "b.py:5: FSD001" in text
+    assert json.loads(render(v, info, "json"))["summary"] == {
+        CONFIRMED: 1, RAN_CLEAN: 1, NOT_REACHED: 1, MISSED: 1}
+
+
+def test_sarif_output_is_valid(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    rows = [{"e": "hazard", "rule": "FSD001", "site": ["/w/b.py", 5], "evidence": "shard changed"}]
+    v = join([_finding("FSD012", "/w/a.py", 11)], collect(_events(tmp_path, {0: rows}), 1))
+    sarif = to_sarif(v, RunInfo("a.py", "2.13.0", 1, "gloo", "cpu", str(tmp_path), 1.0))
+    schema = json.loads((ROOT / "tests" / "data" / "sarif-2.1.0.json").read_text())
+    jsonschema.validate(sarif, schema)
+    assert [(r["ruleId"], r["properties"]["verdict"], r["level"]) for r in sarif["runs"][0]["results"]] == [
+        ("FSD012", NOT_REACHED, "note"), ("FSD001", MISSED, "error")]
+
+
+# -- the runtime layer, in this process (no torchrun, nothing patched) --------------------
+
+
+def _layer_events(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "rank0.events.jsonl").read_text().splitlines()]
+
+
+def test_layer_attributes_aftermath_exceptions_to_the_call_that_caused_them(tmp_path):
+    pytest.importorskip("torch")
+    from fsdp_lint.verify.program.observe import Layer
+
+    layer = Layer(str(tmp_path), 0, None, True)
+    layer.offload_move_site = ("/w/train.py", 13)
+    layer.freed_site = ("/w/train.py", 20)
+    for text in (
+        "An FSDP-managed module with parameter CPU offloading enabled has parameters on cuda:0. Make sure to not "
+        "move the module from CPU when offloading parameters.",
+        "Output 0 of Split is a view and is being modified inplace. This view is the output of a function that "
+        "returns multiple views.",
+        "the data loader ran dry",
+    ):
+        try:
+            raise RuntimeError(text)
+        except RuntimeError as exc:
+            here = exc.__traceback__.tb_lineno
+            layer.exception(exc)
+    rows = _layer_events(tmp_path)
+    assert [(r["rule"], r["site"]) for r in rows] == [
+        ("FSD103", ["/w/train.py", 13]), ("FSD003", ["/w/train.py", 20]), (None, [__file__, here])]
+    assert rows[0]["also"] == [[__file__, here]]
+    assert "observe.py" not in rows[2]["traceback"] and "the data loader ran dry" in rows[2]["traceback"]
+
+
+def test_summon_created_and_never_entered_is_recorded_once_dropped(tmp_path):
+    pytest.importorskip("torch")
+    from fsdp_lint.verify.program.observe import Layer, ObservedSummon
+
+    layer = Layer(str(tmp_path), 0, None, True)
+    entered = ObservedSummon(layer, None, (), {}, ("/w/t.py", 5))
+    entered.entered = True  # as __enter__ marks it
+    ObservedSummon(layer, None, (), {"writeback": False}, ("/w/t.py", 9))  # a bare statement: dropped at once
+    del entered
+    assert [(r["rule"], r["site"]) for r in _layer_events(tmp_path)] == [("FSD012", ["/w/t.py", 9])]
