@@ -26,9 +26,11 @@ SYNTAX_ERROR = ("FSD900", "syntax-error")
 INTERNAL_ERROR = ("FSD901", "internal-error")
 IO_ERROR = ("FSD902", "io-error")
 REPORT_URL = "https://github.com/fsdp-lint/fsdp-lint/issues"
-# Internal switch for the tests and the benchmark: FSDP_LINT_SLICE=0 parses every file whole,
-# FSDP_LINT_SLICE=all slices files of any size (the default slices large files only).
-_SLICE_MODE = os.environ.get("FSDP_LINT_SLICE", "")
+# Slicing large files (``fsdp_lint.slicing``) is off by default: the facts on main now follow
+# calls into helpers and take file-wide framework evidence that the slice does not keep yet
+# (tests/test_slicing.py lists the known differences).  FSDP_LINT_SLICE=on slices large
+# files, FSDP_LINT_SLICE=all files of any size (tests and benchmarks only).
+_SLICE_MODE = os.environ.get("FSDP_LINT_SLICE", "0")
 
 
 @dataclass
@@ -210,13 +212,13 @@ def _location(positions, offset: int) -> Location:
 
 def _slice_from() -> Optional[int]:
     """The smallest text sliced (None: never), from the internal switch."""
-    if _SLICE_MODE == "0":
-        return None
     if _SLICE_MODE == "all":
         return 0
-    from fsdp_lint.slicing import MIN_CHARS
+    if _SLICE_MODE == "on":
+        from fsdp_lint.slicing import MIN_CHARS
 
-    return MIN_CHARS
+        return MIN_CHARS
+    return None
 
 
 def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]], parser=None) -> LintResult:
