@@ -69,6 +69,8 @@ _API_NAMES = frozenset(
         "FullStateDictConfig", "StateDictOptions", "get_model_state_dict", "get_state_dict",
         "clip_grad_norm_", "summon_full_params", "ShardingStrategy", "StateDictType",
         "state_dict_type", "set_state_dict_type", "MixedPrecision",
+        # framework switches the facts read file-wide (``TrainingArguments(fsdp=...)``)
+        "fsdp", "fsdp_config", "fsdp_plugin", "FullyShardedDataParallelPlugin",
     }
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
@@ -904,7 +906,9 @@ def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[st
                 break
     dotted = {t for t in bound if "." in t}
     local = {t for t in bound if "." not in t} - unit.defines
-    return identifiers | returning | (bound & unit.defines), functions - returning, dotted, local
+    # the facts follow calls into functions (a summon in a helper that a training loop
+    # calls): every caller of a function defined here is relevant
+    return identifiers | functions | (bound & unit.defines), set(), dotted, local
 
 
 def _close(index: _Index, kept: Set[int], importing: List[int]) -> None:

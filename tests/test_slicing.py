@@ -12,11 +12,8 @@ from fsdp_lint.rules import ALL_RULES
 from fsdp_lint.slicing import slice_text
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-# Known differences: the facts now follow calls into helpers (a summon in a function that a
-# training loop calls) and take file-wide framework evidence (``TrainingArguments(fsdp=...)``
-# in a function of its own); the slice does not keep those units yet, which is why slicing
-# is off by default (``engine._SLICE_MODE``).
-_DIFFERS = {"FSD002/fires/through_calls.py", "FSD104/fires/trainer_subclass.py"}
+# Fixtures known to differ when sliced (strict xfails; none at the moment).
+_DIFFERS: set = set()
 
 
 def _known(paths):
