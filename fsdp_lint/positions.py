@@ -89,11 +89,14 @@ _RECORDED = _recorded_types()
 class Positions:
     """``positions(node) -> CodeRange`` (1-based lines, 0-based columns, as libcst's)."""
 
-    def __init__(self, module: Module, line_starts: List[int]):
+    def __init__(self, module: Module, line_starts: List[int], piece=None):
+        """``piece``: the ``slicing.Slice`` that ``module`` was parsed from (None: the whole
+        text); offsets in it are mapped to the file's, so rows and columns are the file's."""
         self._module = module
         self._line_starts = line_starts
         self._spans = None
         self._fallback = None
+        self._piece = piece
 
     def offsets(self, node) -> Tuple[int, int]:
         if self._spans is None:
@@ -106,8 +109,11 @@ class Positions:
         span = self._spans.get(id(node))
         if span is None:
             rng = self._provider()[node]
-            return self._offset(rng.start), self._offset(rng.end)
-        return span
+            span = self._offset(rng.start), self._offset(rng.end)
+        piece = self._piece
+        if piece is None:
+            return span
+        return piece.to_original(span[0]), piece.to_original(span[1], end=True)
 
     def __call__(self, node) -> CodeRange:
         start, end = self.offsets(node)
@@ -119,7 +125,16 @@ class Positions:
         return CodePosition(row, offset - self._line_starts[row - 1])
 
     def _offset(self, position: CodePosition) -> int:
-        return self._line_starts[position.line - 1] + position.column
+        """The offset of a position of the parsed text (the slice's, when there is one)."""
+        starts = self._line_starts if self._piece is None else self._piece_starts()
+        return starts[position.line - 1] + position.column
+
+    def _piece_starts(self) -> List[int]:
+        from fsdp_lint.source import line_starts
+
+        if getattr(self, "_piece_line_starts", None) is None:
+            self._piece_line_starts = line_starts(self._piece.text)
+        return self._piece_line_starts
 
     def _provider(self):
         if self._fallback is None:
