@@ -64,8 +64,10 @@ def test_scenario_flagged_is_confirmed_and_fixed_reports_nothing(cli, tmp_path, 
     from fsdp_lint.rules import lookup
     from fsdp_lint.verify.command import prepare
 
+    from fsdp_lint.scenarios.registry import scenario_for
+
     rule = lookup(code)
-    flagged, fixed, problem = prepare(rule, tmp_path / "programs")
+    flagged, fixed, problem = prepare(rule, scenario_for(code, "cpu"), tmp_path / "programs")
     assert problem is None, problem
     line = _line_of(flagged.read_text(), HAZARD_LINE[code])
     timeout = TIMEOUT.get(code, 180)

@@ -63,6 +63,7 @@ def _fixed_cell(code: str, report: Optional[dict]) -> Tuple[bool, str]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     from fsdp_lint.rules import ALL_RULES, lookup
+    from fsdp_lint.scenarios.registry import scenario_for
     from fsdp_lint.verify.command import prepare
 
     parser = argparse.ArgumentParser(prog="python -m fsdp_lint.verify.program.table")
@@ -79,12 +80,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             "|------|-------|--------|-----------------|---------------|--------|"]
     failed = 0
     for rule in rules:
-        scenario = rule.scenario
-        if scenario is None or args.device not in scenario.devices:
-            why = scenario.not_on.get(args.device, "no scenario for this device") if scenario else "no scenario"
+        scenario = scenario_for(rule.code, args.device)
+        why = scenario.cannot_run(args.device, args.nproc, torch.__version__) if scenario else "no scenario"
+        if why:
             rows.append(f"| {rule.code} | {torch.__version__} | {args.device} | - | - | SKIPPED ({why}) |")
             continue
-        flagged, fixed, problem = prepare(rule, root / rule.code)
+        flagged, fixed, problem = prepare(rule, scenario, root / rule.code)
         if problem:
             rows.append(f"| {rule.code} | {torch.__version__} | {args.device} | - | - | ERROR ({problem}) |")
             failed += 1
