@@ -61,6 +61,10 @@ every rank (CPU/gloo, torch 2.13.0, measured by the scenario):
   which the handle is stuck (`AssertionError: Expects the handle training to be IDLE`).
 - FSDP2: the next forward fails in the all-gather: `RuntimeError: Expected out tensor to
   have dtype c10::BFloat16, but got float instead`.
+- On 2 GPUs (NCCL, torch 2.11.0) the FSDP1 state dict after the cast fails in the
+  all-gather: `TypeError: output tensor must have the same type as input tensor`. The
+  recorded GPU run judged it ERROR because that text was not yet among the scenario's
+  patterns; it is now, and the next GPU run will judge it.
 A cast made right after the wrap, before any forward, happened to run on torch 2.13.0; it is
 still flagged: it relies on FSDP not having built its buffers yet, and the reduced dtype
 belongs in the wrap's mixed-precision policy, which also keeps fp32 master weights.
