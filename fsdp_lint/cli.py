@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from typing import List, Optional, Sequence
@@ -342,3 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(exc.code or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `fsdp-lint src/ | head`: the reader left; stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the final flush at exit must not fail again
+        return 1

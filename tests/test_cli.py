@@ -226,3 +226,22 @@ def test_stdin_filename_without_dash_reads_standard_input(cli, tmp_path):
     assert "pkg/train.py:4:6: FSD001" in result.stdout and "other.py" not in result.stdout
     fixed = cli("check", "--fix", "--stdin-filename", "pkg/train.py", cwd=tmp_path, input=BAD.read_text())
     assert fixed.stdout == GOOD.read_text()
+
+
+def test_output_piped_into_a_reader_that_leaves_early_ends_quietly(tmp_path):
+    """``fsdp-lint src/ | head -1``: no BrokenPipeError traceback, exit 1 (findings remain)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import FIXTURES
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fsdp_lint", "--no-cache", str(FIXTURES)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves after one line
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
