@@ -26,3 +26,21 @@ def test_positions_match_libcst(path):
             assert positions(node) == rng, type(node).__name__
             checked += 1
     assert checked
+
+
+def test_fallback_to_libcsts_provider_when_the_codegen_pass_breaks(monkeypatch):
+    """positions.py reads libcst's code-generation internals; if they ever break, the
+    public PositionProvider answers instead, with the same positions."""
+    import fsdp_lint.positions as positions_module
+
+    def broken(*args, **kwargs):
+        raise AttributeError("libcst internals changed")
+
+    path = next(p for p in FILES if p.name == "import_forms.py")
+    text = path.read_text()
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    monkeypatch.setattr(positions_module, "_OffsetState", broken)
+    positions = Positions(module, line_starts(text))
+    calls = [node for node in expected if isinstance(node, cst.Call)]
+    assert calls and all(positions(node) == expected[node] for node in calls)
