@@ -148,6 +148,21 @@ def _dotted(node: ast.AST) -> Optional[str]:
     return None
 
 
+def _target_names(target):
+    """The dotted names an assignment target binds (tuples, lists and ``*rest`` unpacked)."""
+    stack = [target]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (ast.Tuple, ast.List)):
+            stack.extend(item.elts)
+        elif isinstance(item, ast.Starred):
+            stack.append(item.value)
+        else:
+            dotted = _dotted(item)
+            if dotted is not None:
+                yield dotted
+
+
 def _prefixes(dotted: str) -> Iterable[str]:
     index = dotted.find(".")
     while index != -1:
@@ -379,19 +394,7 @@ class _Analyser:
 
     def assignment(self, targets, node) -> None:
         """Remember where ``targets = value`` stands (the forward step reads its lines)."""
-        found = []
-        for target in targets:
-            stack = [target]
-            while stack:
-                item = stack.pop()
-                if isinstance(item, (ast.Tuple, ast.List)):
-                    stack.extend(item.elts)
-                elif isinstance(item, ast.Starred):
-                    stack.append(item.value)
-                else:
-                    dotted = _dotted(item)
-                    if dotted is not None:
-                        found.append(dotted)
+        found = [name for target in targets for name in _target_names(target)]
         if found:
             self.unit.assignments.append((tuple(found), node.lineno, node.end_lineno or node.lineno))
 
@@ -660,18 +663,10 @@ def _shallow(nodes, module_scope: bool, defines: Set[str], bound: Set[str]) -> N
                         defines.add(handler.name)
         elif kind is ast.Match:
             return _shallow_match(node, module_scope, defines, bound)
-        while targets:
-            target = targets.pop()
-            if isinstance(target, (ast.Tuple, ast.List)):
-                targets.extend(target.elts)
-            elif isinstance(target, ast.Starred):
-                targets.append(target.value)
-            else:
-                dotted = _dotted(target)
-                if dotted is not None:
-                    bound.add(dotted)
-                    if module_scope and "." not in dotted:
-                        defines.add(dotted)
+        for dotted in (name for target in targets for name in _target_names(target)):
+            bound.add(dotted)
+            if module_scope and "." not in dotted:
+                defines.add(dotted)
         for field_name in ("body", "orelse", "finalbody", "handlers"):
             children = getattr(node, field_name, None)
             if isinstance(children, list):
