@@ -47,7 +47,14 @@ def scenario_hashes() -> Dict[str, str]:
 
 
 def git_state() -> Dict[str, Optional[object]]:
-    """The commit this fsdp_lint was loaded from, when it sits in a git checkout."""
+    """The commit this fsdp_lint was loaded from: ``FSDP_LINT_GIT_COMMIT`` when the person
+    running it says so (a copy on a remote machine, whose own git metadata may be stale: the
+    2x H200 records of 2026-11-30 read "7f2ed85b2+changes" that way while the code was
+    df9a86c), else the git checkout it sits in."""
+    given = os.environ.get("FSDP_LINT_GIT_COMMIT")
+    if given:
+        return {"commit": given, "dirty": None, "commit_from": "FSDP_LINT_GIT_COMMIT"}
+
     def git(*args: str) -> Optional[str]:
         try:
             done = subprocess.run(
@@ -59,9 +66,7 @@ def git_state() -> Dict[str, Optional[object]]:
 
     top = git("rev-parse", "--show-toplevel")
     if not top or Path(top).resolve() != PACKAGE.parent:
-        # a copy without .git (a remote machine): the commit it was copied from, if given
-        given = os.environ.get("FSDP_LINT_GIT_COMMIT")
-        return {"commit": given, "dirty": None, **({"commit_from": "FSDP_LINT_GIT_COMMIT"} if given else {})}
+        return {"commit": None, "dirty": None}  # a copy without .git, and nobody said which commit
     status = git("status", "--porcelain", "--", "fsdp_lint", ":!fsdp_lint/verify/records")
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
 
