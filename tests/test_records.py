@@ -95,3 +95,12 @@ def test_rule_command_reads_the_torch_version_without_importing_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"Installed: torch {version} (package metadata)." in done.stdout
+
+
+def test_an_explicit_commit_wins_over_the_checkouts_git(monkeypatch):
+    from fsdp_lint.verify.records import git_state
+
+    monkeypatch.setenv("FSDP_LINT_GIT_COMMIT", "df9a86c953a14db0afac6b0fb6b1b0aad335bd8b")
+    state = git_state()
+    assert state["commit"] == "df9a86c953a14db0afac6b0fb6b1b0aad335bd8b"
+    assert state["commit_from"] == "FSDP_LINT_GIT_COMMIT"
