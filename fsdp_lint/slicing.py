@@ -148,6 +148,18 @@ def _dotted(node: ast.AST) -> Optional[str]:
     return None
 
 
+def _statement_targets(node) -> list:
+    """The assignment targets a statement binds (``=``, ``+=``, annotated, ``for``, ``with ... as``)."""
+    kind = type(node)
+    if kind is ast.Assign:
+        return list(node.targets)
+    if kind in (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor):
+        return [node.target]
+    if kind in (ast.With, ast.AsyncWith):
+        return [item.optional_vars for item in node.items if item.optional_vars is not None]
+    return []
+
+
 def _target_names(target):
     """The dotted names an assignment target binds (tuples, lists and ``*rest`` unpacked)."""
     stack = [target]
@@ -642,14 +654,8 @@ def _shallow(nodes, module_scope: bool, defines: Set[str], bound: Set[str]) -> N
             if kind is ast.ClassDef:
                 _shallow(node.body, False, set(), bound)
             continue
-        targets = []
-        if kind is ast.Assign:
-            targets = list(node.targets)
-        elif kind in (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor):
-            targets = [node.target]
-        elif kind in (ast.With, ast.AsyncWith):
-            targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
-        elif kind in (ast.Import, ast.ImportFrom):
+        targets = _statement_targets(node)
+        if kind in (ast.Import, ast.ImportFrom):
             for alias in node.names:
                 name = alias.asname or alias.name.split(".", 1)[0]
                 bound.add(name)
@@ -714,23 +720,10 @@ def _statement_bindings(nodes, params: Set[str], bound: Set[str]) -> None:
                     params.add(arg.arg)
         elif kind is ast.ClassDef:
             bound.add(node.name)
-        targets = []
-        if kind is ast.Assign:
-            targets = list(node.targets)
-        elif kind in (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor):
-            targets = [node.target]
-        elif kind in (ast.With, ast.AsyncWith):
-            targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
-        elif kind in (ast.Import, ast.ImportFrom):
+        targets = _statement_targets(node)
+        if kind in (ast.Import, ast.ImportFrom):
             bound.update(alias.asname or alias.name.split(".", 1)[0] for alias in node.names)
-        while targets:
-            target = targets.pop()
-            if isinstance(target, (ast.Tuple, ast.List)):
-                targets.extend(target.elts)
-            elif isinstance(target, ast.Starred):
-                targets.append(target.value)
-            elif isinstance(target, ast.Name):
-                bound.add(target.id)
+        bound.update(n for t in targets for n in _target_names(t) if "." not in n)
         for field_name in ("body", "orelse", "finalbody"):
             children = getattr(node, field_name, None)
             if isinstance(children, list):
