@@ -29,6 +29,11 @@ def main():
     net = _harness.mlp(2048, 8)
     full_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
     model = FSDP(net, device_id=where)
+    model(torch.randn(4, 2048, device=where)).sum().backward()
+    with FSDP.summon_full_params(model, writeback=False):
+        pass
+    if device == "cuda":
+        torch.cuda.synchronize()
     before = resident_bytes()
     with FSDP.summon_full_params(model, offload_to_cpu=True, writeback=False):
         grown = resident_bytes() - before
