@@ -35,11 +35,12 @@ def main() -> int:
     import torch
 
     from fsdp_lint.rules import lookup
+    from fsdp_lint.scenarios.registry import scenario_for
     from fsdp_lint.verify.command import prepare
     from fsdp_lint.verify.launcher import launch
 
     root = Path(tempfile.mkdtemp(prefix="fsdp-lint-overhead-"))
-    flagged, _, problem = prepare(lookup("FSD002"), root / "programs")
+    flagged, _, problem = prepare(lookup("FSD002"), scenario_for("FSD002", args.device), root / "programs")
     assert problem is None, problem
     backend = "nccl" if args.device == "cuda" else "gloo"
     plain, layered = [], []
