@@ -401,3 +401,40 @@ def test_summon_created_and_never_entered_is_recorded_once_dropped(tmp_path):
     ObservedSummon(layer, None, (), {"writeback": False}, ("/w/t.py", 9))  # a bare statement: dropped at once
     del entered
     assert [(r["rule"], r["site"]) for r in _layer_events(tmp_path)] == [("FSD012", ["/w/t.py", 9])]
+
+
+def _fake_offloaded_summon(tmp_path, monkeypatch, *, offload_params, block):
+    """One ``summon_full_params`` of a module whose FSDP unit keeps its shard in host memory
+    for a GPU (CPUOffload(offload_params=True)), FSDP itself replaced by a no-op context."""
+    torch = pytest.importorskip("torch")
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from fsdp_lint.verify.program.observe import Layer, ObservedSummon
+
+    tmp_path.mkdir(exist_ok=True)
+    module = torch.nn.Linear(16, 16)
+    flat = torch.zeros(4096)
+    flat._local_shard = flat
+    handle = SimpleNamespace(flat_param=flat, _offload_params=offload_params, device=torch.device("cuda", 0))
+    layer = Layer(str(tmp_path), 0, None, True)
+    monkeypatch.setattr(layer, "fsdp1_handles", lambda m, recurse=True: [handle])
+    summon = ObservedSummon(layer, lambda *a, **k: nullcontext(), (module,), {}, ("/w/train.py", 7))
+    with summon:
+        block(module)
+    return [r for r in _layer_events(tmp_path) if r.get("rule")]
+
+
+def test_read_only_writeback_summon_under_real_cpu_offload_is_fsd001(tmp_path, monkeypatch):
+    rows = _fake_offloaded_summon(tmp_path, monkeypatch, offload_params=True, block=lambda m: m.weight.sum())
+    assert [(r["rule"], r["site"]) for r in rows] == [("FSD001", ["/w/train.py", 7])]
+    assert "copied its 0.02 MiB slice back into its host-resident shards" in rows[0]["evidence"]
+
+
+def test_writeback_summon_that_edits_or_has_no_offload_is_not_fsd001(tmp_path, monkeypatch):
+    def edit(m):
+        with __import__("torch").no_grad():
+            m.weight.add_(1.0)
+
+    assert _fake_offloaded_summon(tmp_path / "a", monkeypatch, offload_params=True, block=edit) == []
+    assert _fake_offloaded_summon(tmp_path / "b", monkeypatch, offload_params=False, block=lambda m: m.weight.sum()) == []

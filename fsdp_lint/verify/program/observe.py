@@ -507,6 +507,11 @@ class ObservedSummon:
         self.full_bytes = self.host_bytes = 0
         self.rss_inside = None
         self.on_cpu_before = any(h.flat_param.device.type == "cpu" for h in handles)
+        # real CPU parameter offload (CPUOffload(offload_params=True) on an accelerator): the
+        # shards live in host memory and the writeback on exit copies each rank's slice back
+        self.offloaded = [h for h in handles
+                          if getattr(h, "_offload_params", False) and getattr(h, "device", None) is not None
+                          and h.device.type != "cpu"]
         layer.emit("summon_enter", site=self.site, index=self.index, options=self._options_text(),
                    fsdp1_units=len(handles))
         self.start = time.perf_counter()
@@ -566,6 +571,7 @@ class ObservedSummon:
             )
         if self in layer.active:
             layer.active.remove(self)
+        exit_start = time.perf_counter()
         try:
             suppressed = self.cm.__exit__(exc_type, exc, tb)
         except BaseException as error:
@@ -573,6 +579,7 @@ class ObservedSummon:
                 sites = self.inside_sites or [self.site]
                 layer.exception(error, sites[0], also=sites[1:] + ([self.site] if self.inside_sites else []))
             raise
+        exit_seconds = time.perf_counter() - exit_start
         seconds = time.perf_counter() - self.start
         data = {"site": self.site, "index": self.index, "seconds": seconds, "options": self._options_text()}
         if self.checks:
@@ -585,6 +592,16 @@ class ObservedSummon:
                     "hazard", rule="FSD001", site=self.site,
                     evidence=f"the local shard changed ({changed} of {len(self.handles)} flat parameters' checksums) "
                     "across a `writeback=True` summon whose block wrote nothing to the parameters",
+                )
+            elif options["writeback"] and wrote is False and self.offloaded:
+                copied = sum(h.flat_param._local_shard.numel() * h.flat_param._local_shard.element_size()
+                             for h in self.offloaded)
+                layer.emit(
+                    "hazard", rule="FSD001", site=self.site,
+                    evidence=f"a `writeback=True` summon whose block wrote nothing to the parameters, on "
+                    f"{len(self.offloaded)} FSDP unit(s) with CPUOffload(offload_params=True): on exit this rank "
+                    f"copied its {copied / 2 ** 20:.2f} MiB slice back into its host-resident shards "
+                    f"(the exit took {exit_seconds * 1000:.2f} ms of the block's {seconds * 1000:.2f} ms)",
                 )
         if options["offload_to_cpu"] and self.handles and not self.on_cpu_before:
             data["full_bytes"] = self.full_bytes
