@@ -85,6 +85,42 @@ class _Syntactic:
 
 _RECORDED = _recorded_types()
 
+# The last module's top-level statements: statement id -> (the statement, its length, the
+# spans of its nodes relative to its start).  The language server's incremental parse keeps
+# the unchanged statements' nodes from one keystroke to the next, so only the statements an
+# edit touched are generated again; the entry holds its statement, so an id is never reused.
+_LAST_STATEMENTS: Dict[int, Tuple[object, int, Dict[int, Tuple[int, int]]]] = {}
+
+
+def _module_spans(module: Module) -> Dict[int, Tuple[int, int]]:
+    """Every recorded node's (start, end) offset: ``Module._codegen_impl`` statement by
+    statement, reusing the statements of the previous call that are the very same nodes."""
+    global _LAST_STATEMENTS
+    state = _OffsetState(module)
+    spans = state.spans
+    state.before_codegen(module)
+    for line in module.header:
+        line._codegen(state)
+    kept: Dict[int, Tuple[object, int, Dict[int, Tuple[int, int]]]] = {}
+    for statement in module.body:
+        entry = _LAST_STATEMENTS.get(id(statement))
+        if entry is None or entry[0] is not statement:
+            alone = _OffsetState(module)
+            statement._codegen(alone)
+            entry = (statement, alone.offset, alone.spans)
+        kept[id(statement)] = entry
+        base = state.offset
+        for key, (start, end) in entry[2].items():
+            spans[key] = (start + base, end + base)
+        state.offset += entry[1]
+    for line in module.footer:
+        line._codegen(state)
+    if module.has_trailing_newline and state.offset == 0:
+        state.add_token(state.default_newline)
+    state.after_codegen(module)
+    _LAST_STATEMENTS = kept
+    return spans
+
 
 class Positions:
     """``positions(node) -> CodeRange`` (1-based lines, 0-based columns, as libcst's)."""
@@ -101,9 +137,7 @@ class Positions:
     def offsets(self, node) -> Tuple[int, int]:
         if self._spans is None:
             try:
-                state = _OffsetState(self._module)
-                self._module._codegen(state)
-                self._spans = state.spans
+                self._spans = _module_spans(self._module)
             except Exception:  # noqa: BLE001 - libcst internals changed: use the public provider
                 self._spans = {}
         span = self._spans.get(id(node))

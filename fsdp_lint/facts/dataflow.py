@@ -16,7 +16,7 @@ variable) makes the answer incomplete: rules decide how much an incomplete answe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -119,18 +119,34 @@ def calls_of(facts: ModuleFacts, function) -> List[cst.Call]:
     info = function_info(facts, function)
     if info is None:
         return []
-    found = []
+    return facts.cached(("calls_of", id(info.node)), lambda f: _calls_of(f, info))
+
+
+def _calls_by_callee_name(facts: ModuleFacts) -> Dict[Tuple[bool, str], list]:
+    """The file's call sites by (called through an attribute?, last name): ``f(...)`` under
+    ``(False, "f")``, ``x.f(...)`` under ``(True, "f")``, in file order."""
+    found: Dict[Tuple[bool, str], list] = {}
     for site in facts.calls:
         func = site.node.func
-        if info.class_def is None and isinstance(func, cst.Name) and func.value == info.name:
-            found.append(site.node)
-        elif info.class_def is not None and isinstance(func, cst.Attribute) and func.attr.value == info.name:
-            receiver = dotted_name(func.value)
-            if receiver == "self":
-                if site.ctx.class_def is info.class_def:
-                    found.append(site.node)
-            elif receiver is not None and _instance_of(facts, func.value, site, info.class_def):
+        if isinstance(func, cst.Name):
+            found.setdefault((False, func.value), []).append(site)
+        elif isinstance(func, cst.Attribute):
+            found.setdefault((True, func.attr.value), []).append(site)
+    return found
+
+
+def _calls_of(facts: ModuleFacts, info) -> List[cst.Call]:
+    by_name = facts.cached("calls_by_callee_name", _calls_by_callee_name)
+    if info.class_def is None:
+        return [site.node for site in by_name.get((False, info.name), ())]
+    found = []
+    for site in by_name.get((True, info.name), ()):
+        receiver = dotted_name(site.node.func.value)
+        if receiver == "self":
+            if site.ctx.class_def is info.class_def:
                 found.append(site.node)
+        elif receiver is not None and _instance_of(facts, site.node.func.value, site, info.class_def):
+            found.append(site.node)
     return found
 
 

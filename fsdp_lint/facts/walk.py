@@ -47,15 +47,33 @@ class Exit:
         self.action = action
 
 
+# type -> 1 (a node), 2 (a list or tuple that may hold nodes), 0 (anything else): a dict
+# lookup instead of ``isinstance(value, cst.CSTNode)``, which goes through the ABC machinery
+_KIND: Dict[type, int] = {}
+
+
+def _kind(cls: type) -> int:
+    kind = _KIND.get(cls)
+    if kind is None:
+        kind = _KIND[cls] = 1 if issubclass(cls, cst.CSTNode) else 2 if issubclass(cls, (list, tuple)) else 0
+    return kind
+
+
 def push_children(node: cst.CSTNode, stack: List[object], fields=None) -> None:
     """Schedule ``node``'s children (in source order) on ``stack``."""
     pending = []
+    kinds = _KIND
     for name in fields if fields is not None else child_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        kind = kinds.get(type(value))
+        if kind is None:
+            kind = _kind(type(value))
+        if kind == 1:
             pending.append(value)
-        elif isinstance(value, (list, tuple)):
-            pending.extend(item for item in value if isinstance(item, cst.CSTNode))
+        elif kind == 2:
+            for item in value:
+                if (kinds.get(type(item)) or _kind(type(item))) == 1:
+                    pending.append(item)
     stack.extend(reversed(pending))
 
 
