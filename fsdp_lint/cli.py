@@ -327,11 +327,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from fsdp_lint.server import main as run_server
 
             return run_server(rest)
+        from fsdp_lint.interrupt import Interrupted, handlers
+
         if command == "verify":
             from fsdp_lint.verify.command import run_verify
 
-            return run_verify(rest)
-        from fsdp_lint.interrupt import Interrupted, handlers
+            # SIGINT and SIGTERM raise in the main thread whatever the inherited disposition
+            # (a background job starts with SIGINT ignored): the torchrun jobs are stopped
+            with handlers():
+                return run_verify(rest)
 
         try:
             with handlers():

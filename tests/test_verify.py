@@ -5,6 +5,7 @@ ranks that must end in a given order wait for each other's files (events), and b
 generous (they only stop a broken run from hanging the suite).
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -204,15 +205,20 @@ def _alive(pid):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupt_stops_the_torchrun_job_and_keeps_the_logs(tmp_path, sig):
+@pytest.mark.parametrize("sig, ignored_at_start", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
+                         ids=["SIGINT", "SIGTERM", "SIGINT-inherited-ignored"])
+def test_interrupt_stops_the_torchrun_job_and_keeps_the_logs(tmp_path, sig, ignored_at_start):
+    """``ignored_at_start``: started as a shell starts a background job (``cmd &`` in a
+    script, ``nohup``), with SIGINT ignored; Python then installs no handler of its own."""
     logs = tmp_path / "logs"
     proc = subprocess.Popen(
         [sys.executable, "-m", "fsdp_lint", "verify", "FSD104", "--timeout", "600", "--log-dir", str(logs)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored_at_start else None,
     )
     run = logs / "FSD104" / "flagged"
     pid_files = [run / "rank0.pid", run / "rank1.pid"]
+    pids = []
     try:
         # the event: both ranks' programs are running (and hang in the collective)
         _wait_for(lambda: all(p.exists() and p.read_text().strip() for p in pid_files), "both ranks started")
@@ -223,6 +229,9 @@ def test_interrupt_stops_the_torchrun_job_and_keeps_the_logs(tmp_path, sig):
     finally:
         if proc.poll() is None:
             proc.kill()
+            for pid in pids:  # a failed stop must not leave the job behind for the next tests
+                with contextlib.suppress(OSError):
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
     assert proc.returncode == 130, err
     assert "interrupted" in err and str(logs) in err
     _wait_for(lambda: not any(_alive(pid) for pid in pids), "the ranks are gone", bound=60)

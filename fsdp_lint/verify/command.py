@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -190,10 +189,6 @@ def _unique_rules(names: List[str]):
     return chosen
 
 
-def _raise_interrupt(signum, _frame):
-    raise KeyboardInterrupt
-
-
 def run_verify(argv) -> int:
     from fsdp_lint.rules import UnknownRuleError
     from fsdp_lint.verify.program.options import wants_program
@@ -227,7 +222,6 @@ def run_verify(argv) -> int:
         from fsdp_lint.verify import records
 
         source = records.source_state()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     runs = []
     try:
         for python in pythons:
@@ -246,8 +240,6 @@ def run_verify(argv) -> int:
         print(f"fsdp-lint verify: interrupted; the torchrun jobs were stopped; logs so far: {root}{os.sep}",
               file=sys.stderr, flush=True)
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if args.record:
         for run, results in runs:
             record = records.build(
