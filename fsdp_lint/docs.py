@@ -13,6 +13,7 @@ is not imported) and whether the records show the hazard on that version.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -234,6 +235,39 @@ def render_verification(records: Optional[List[dict]] = None) -> str:
     return "\n".join(parts)
 
 
+PROGRAM_RECORDS = Path(__file__).resolve().parent / "verify" / "records" / "program"
+
+PROGRAM_INTRO = """## Every scenario as a user program (`verify --program`)
+
+Each scenario's flagged and fixed program run as a user's own job through `fsdp-lint verify
+--program` (`python -m fsdp_lint.verify.program.table --device DEVICE --nproc N --record
+fsdp_lint/verify/records/program [CODES]`). PASS: the flagged program's finding of the rule
+is CONFIRMED at the scenario's line and the fixed program shows nothing for the rule. On
+CPU/gloo the same runs are the test `tests/test_verify_program.py`.
+"""
+
+
+def load_program_records(folder: Path = PROGRAM_RECORDS) -> List[dict]:
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+
+
+def render_program_records(records: List[dict]) -> str:
+    parts = [PROGRAM_INTRO]
+    for record in records:
+        source = record["fsdp_lint"]
+        names = ", ".join(record.get("device_names") or [])
+        parts.append(f"### torch {record['torch']}, {record['device']}, {record['nproc']} ranks: {names}\n")
+        note = f" {record['provenance'][0].upper()}{record['provenance'][1:]}." if record.get("provenance") else ""
+        parts.append(f"Run {record['date']} by fsdp-lint {source.get('version')} (commit {source.get('commit')}"
+                     f"{', with uncommitted changes' if source.get('dirty') else ''}); "
+                     f"`{' '.join(record['command'])}`.{note}\n")
+        parts.append("| rule | flagged program | fixed program | result |\n|---|---|---|---|")
+        for row in record["rows"]:
+            parts.append(f"| {row['code']} | {_cell(row['flagged'])} | {_cell(row['fixed'])} | {_cell(row['result'])} |")
+        parts.append("")
+    return "\n".join(parts)
+
+
 def write_docs(folder: Path) -> List[Path]:
     from fsdp_lint.rules import ALL_RULES
 
@@ -245,7 +279,8 @@ def write_docs(folder: Path) -> List[Path]:
         path.write_text(render_rule(rule, records), encoding="utf-8")
         written.append(path)
     path = folder / "verification.md"
-    path.write_text(render_verification(records), encoding="utf-8")
+    path.write_text(render_verification(records) + "\n" + render_program_records(load_program_records()),
+                    encoding="utf-8")
     written.append(path)
     return written
 

@@ -104,3 +104,23 @@ def test_an_explicit_commit_wins_over_the_checkouts_git(monkeypatch):
     state = git_state()
     assert state["commit"] == "df9a86c953a14db0afac6b0fb6b1b0aad335bd8b"
     assert state["commit_from"] == "FSDP_LINT_GIT_COMMIT"
+
+
+def test_program_table_records_are_written_and_rendered(tmp_path):
+    from fsdp_lint.docs import load_program_records, render_program_records
+    from fsdp_lint.verify.program.table import write_record
+
+    record = {
+        "format": 1, "command": ["python", "-m", "fsdp_lint.verify.program.table", "FSD002", "FSD003"],
+        "fsdp_lint": {"version": "0.1.0", "commit": "abc123", "dirty": True}, "torch": "2.13.0+cpu",
+        "device": "cpu", "nproc": 2, "device_names": ["x86_64"], "date": "2026-11-30T00:00:00Z",
+        "rows": [{"code": "FSD002", "flagged": "CONFIRMED at line 3: a|b", "fixed": "nothing for the rule",
+                  "result": "PASS"},
+                 {"code": "FSD003", "flagged": "-", "fixed": "-", "result": "SKIPPED (needs CUDA)"}],
+    }
+    path = write_record(record, tmp_path)
+    assert path.name == "program-2026-11-30-cpu-2ranks-torch-2.13.0-cpu-FSD002-FSD003.json"
+    text = render_program_records(load_program_records(tmp_path))
+    assert "| FSD002 | CONFIRMED at line 3: a\\|b | nothing for the rule | PASS |" in text
+    assert "| FSD003 | - | - | SKIPPED (needs CUDA) |" in text
+    assert "commit abc123, with uncommitted changes" in text

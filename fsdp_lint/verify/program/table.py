@@ -1,11 +1,14 @@
 """Every scenario's flagged and fixed program run as a user program through
 ``fsdp-lint verify --program``; prints the markdown table of docs/verification.md.
 
-    python -m fsdp_lint.verify.program.table [--device cpu|cuda] [--nproc 2] [--log-dir DIR] [CODES...]
+    python -m fsdp_lint.verify.program.table [--device cpu|cuda] [--nproc 2] [--log-dir DIR]
+                                             [--record DIR] [CODES...]
 
 A row passes when the flagged program's finding of that rule is CONFIRMED at the scenario's
 line and the fixed program shows nothing for the rule (no CONFIRMED, nothing missed) and
-ends without ERROR.  Scenarios that cannot run on the device are listed as such.
+ends without ERROR.  Scenarios that cannot run on the device are listed as such.  ``--record DIR`` also writes
+the run as JSON (fsdp-lint commit, torch, devices, command, date, rows) into DIR, normally
+``fsdp_lint/verify/records/program/``; docs/verification.md renders those records.
 """
 
 from __future__ import annotations
@@ -13,11 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import List, Optional, Tuple
+
+import fsdp_lint
 
 
 def _run(program: Path, log_dir: Path, device: str, nproc: int, timeout: float) -> Tuple[int, Optional[dict], str]:
@@ -61,6 +68,17 @@ def _fixed_cell(code: str, report: Optional[dict]) -> Tuple[bool, str]:
     return True, "nothing for the rule"
 
 
+def write_record(record: dict, folder: Path) -> Path:
+    """``program-<date>-<device>-<n>ranks-torch-<version>-<first>-<last>.json`` in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    codes = [row["code"] for row in record["rows"]]
+    name = (f"program-{record['date'][:10]}-{record['device']}-{record['nproc']}ranks-torch-"
+            f"{record['torch'].replace('+', '-')}-{codes[0]}-{codes[-1]}.json")
+    path = folder / name
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     from fsdp_lint.rules import ALL_RULES, lookup
     from fsdp_lint.scenarios.registry import scenario_for
@@ -71,8 +89,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--log-dir", default=None)
+    parser.add_argument("--record", default=None, metavar="DIR")
     args = parser.parse_args(argv)
     import torch
+
+    from fsdp_lint.verify.records import git_state
+    source = {"version": fsdp_lint.__version__, **git_state()}
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    entries = []
 
     root = Path(args.log_dir or tempfile.mkdtemp(prefix="fsdp-lint-program-table-")).resolve()
     rules = [lookup(c) for c in args.codes] if args.codes else list(ALL_RULES)
@@ -84,10 +108,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         why = scenario.cannot_run(args.device, args.nproc, torch.__version__) if scenario else "no scenario"
         if why:
             rows.append(f"| {rule.code} | {torch.__version__} | {args.device} | - | - | SKIPPED ({why}) |")
+            entries.append({"code": rule.code, "flagged": "-", "fixed": "-", "result": f"SKIPPED ({why})"})
             continue
         flagged, fixed, problem = prepare(rule, scenario, root / rule.code)
         if problem:
             rows.append(f"| {rule.code} | {torch.__version__} | {args.device} | - | - | ERROR ({problem}) |")
+            entries.append({"code": rule.code, "flagged": "-", "fixed": "-", "result": f"ERROR ({problem})"})
             failed += 1
             continue
         timeout = max(scenario.timeout, 45.0)
@@ -100,9 +126,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         failed += result == "FAIL"
         rows.append(f"| {rule.code} | {torch.__version__} | {args.device}, {args.nproc} ranks | "
                     f"{cell1.replace('|', '/')} | {cell2.replace('|', '/')} | {result} |")
+        entries.append({"code": rule.code, "flagged": cell1, "fixed": cell2, "result": result})
         print(rows[-1], file=sys.stderr, flush=True)
     print("\n".join(rows))
     print(f"logs: {root}{os.sep}", file=sys.stderr)
+    if args.record:
+        devices = ([torch.cuda.get_device_name(i) for i in range(min(args.nproc, torch.cuda.device_count()))]
+                   if args.device == "cuda" else [platform.machine()])
+        record = {
+            "format": 1, "generator": "python -m fsdp_lint.verify.program.table --record",
+            "command": ["python", "-m", "fsdp_lint.verify.program.table", *(argv if argv is not None else sys.argv[1:])],
+            "fsdp_lint": source, "torch": torch.__version__, "device": args.device, "nproc": args.nproc,
+            "device_names": devices, "date": started, "rows": entries,
+        }
+        print(f"record written: {write_record(record, Path(args.record))}", file=sys.stderr)
     return 1 if failed else 0
 
 
