@@ -2,16 +2,28 @@
 
 Rules never import the verifier: a rule is named here by its code (plain data), and
 ``fsdp-lint verify``, ``fsdp-lint rule`` and the docs look scenarios up with
-``variants(code)`` / ``scenario_for(code, device)``.
+``variants(code)``, ``forms(code)``, ``scenario_for(code, device, form)`` and
+``scenarios_for(code, device)`` (one per form).
 
 Format (one entry per rule)::
 
     "FSD123": Scenario(program="fsd123_<name>.py", hazard="...", ...),
 
-or, when the hazard shows differently per device, a tuple of variants, each with its own
-``devices``; the first variant that runs on the chosen device is used::
+or a tuple of scenarios, for two reasons that combine:
 
-    "FSD001": (Scenario(..., devices=("cpu",)), Scenario(..., devices=("cuda",))),
+- *variants* of one form, when the hazard shows differently per device, each with its own
+  ``devices``; the first variant of a form that runs on the chosen device is used::
+
+      "FSD001": (Scenario(..., devices=("cpu",)), Scenario(..., devices=("cuda",))),
+
+- *forms*, the same hazard reached another way (a framework's own call), named by
+  ``form``; every form runs, each is judged and recorded on its own (``FSD104 (accelerate)``).
+  The plain torch form is ``form=""`` and comes first; a form that imports a framework
+  names it, pinned, in ``packages`` (unmet: SKIPPED with the reason)::
+
+      "FSD104": (Scenario(program="fsd104_....py", ...),
+                 Scenario(program="fsd104_accelerate_....py", form="accelerate",
+                          packages={"accelerate": "==1.15.0"}, devices=("cuda",), ...)),
 
 ``Scenario`` (fsdp_lint/verify/scenario.py) documents every field.  Adding a rule: write
 ``fsdp_lint/scenarios/fsd123_<name>.py`` (a program in the pattern the rule flags, using
@@ -20,7 +32,7 @@ or, when the hazard shows differently per device, a tuple of variants, each with
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from fsdp_lint.verify.scenario import Scenario
 
@@ -261,18 +273,32 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:
-    """Every scenario declared for ``code`` (empty: the rule has none)."""
+    """Every scenario declared for ``code``, all forms (empty: the rule has none)."""
     entry = SCENARIOS.get(code)
     if entry is None:
         return ()
     return entry if isinstance(entry, tuple) else (entry,)
 
 
-def scenario_for(code: str, device: str) -> Optional[Scenario]:
-    """The variant of ``code``'s scenario that runs on ``device`` (else its first variant,
-    whose ``cannot_run`` says why it is skipped); None when the rule has no scenario."""
-    found = variants(code)
+def forms(code: str) -> Tuple[str, ...]:
+    """The forms of ``code``'s scenario in declaration order (``""``: the plain torch one)."""
+    found: List[str] = []
+    for scenario in variants(code):
+        if scenario.form not in found:
+            found.append(scenario.form)
+    return tuple(found)
+
+
+def scenario_for(code: str, device: str, form: str = "") -> Optional[Scenario]:
+    """The variant of ``code``'s scenario ``form`` that runs on ``device`` (else the form's
+    first variant, whose ``cannot_run`` says why it is skipped); None when there is none."""
+    found = [s for s in variants(code) if s.form == form]
     for scenario in found:
         if device in scenario.devices:
             return scenario
     return found[0] if found else None
+
+
+def scenarios_for(code: str, device: str) -> List[Scenario]:
+    """One scenario per form of ``code``, each the variant for ``device``: what ``verify`` runs."""
+    return [s for s in (scenario_for(code, device, form) for form in forms(code)) if s is not None]
