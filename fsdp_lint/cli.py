@@ -248,12 +248,13 @@ def _run_rule(argv: Sequence[str]) -> int:
     except UnknownRuleError as exc:
         print(f"fsdp-lint: error: {exc}", file=sys.stderr)
         return 2
-    from fsdp_lint.docs import installed_torch, on_your_torch, render_for_user
+    from fsdp_lint.docs import framework_forms, installed_torch, on_your_torch, render_for_user
 
     if args.format == "json":
         data = _rule_json(rule, with_doc=True)
         data["installed_torch"] = installed_torch()
         data["on_installed_torch"] = on_your_torch(rule, data["installed_torch"])
+        data["framework_forms"] = framework_forms(rule)
         print(json.dumps(data, indent=2))
     else:
         print(render_for_user(rule), end="")

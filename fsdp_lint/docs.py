@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from fsdp_lint.scenarios.registry import variants
-from fsdp_lint.verify.records import load
-from fsdp_lint.verify.scenario import version_tuple
+from fsdp_lint.scenarios.registry import forms, variants
+from fsdp_lint.verify.records import form_of, load
+from fsdp_lint.verify.scenario import installed_versions, label, spec_matches, version_tuple
 
 FIX_WORDS = {"always": "Fix is always available.", "sometimes": "Fix is sometimes available.", "never": "No automatic fix."}
 
@@ -61,19 +61,33 @@ def _what(result: dict) -> str:
     return f"{result['flagged']} ({result['reason']})" if result["reason"] else result["flagged"]
 
 
-def _rows(code: str, records: List[dict]):
+def _rows(code: str, records: List[dict], form: Optional[str] = None):
+    """(record, result) of ``code``: of one form, or of every form (``form=None``)."""
     for record in records:
         for result in record["results"]:
-            if result["code"] == code:
+            if result["code"] == code and (form is None or form_of(result) == form):
                 yield record, result
 
 
-def verification_table(rule, records: Optional[List[dict]] = None) -> str:
+def _versions(record: dict, code: str, form: str) -> str:
+    """``2.11.0+cu130``, and for a framework form ``2.11.0+cu130, accelerate 1.15.0`` (what the
+    record's probe found of the form's packages)."""
+    text = str(record["torch"]["version"])
+    found = record.get("packages") or {}
+    names = {name for s in variants(code) if s.form == form for name in s.packages}
+    for name in sorted(names):
+        if found.get(name):
+            text += f", {name} {found[name]}"
+    return text
+
+
+def verification_table(rule, records: Optional[List[dict]] = None, form: str = "") -> str:
+    """The rule's results in every record, for one scenario form (``""``: plain torch)."""
     records = load() if records is None else records
     rows = [
-        f"| {record['torch']['version']} | {_where(record)} | {_cell(_machine(record))} | {result['verdict']} "
+        f"| {_versions(record, rule.code, form)} | {_where(record)} | {_cell(_machine(record))} | {result['verdict']} "
         f"| {_cell(_what(result))} | {_source(record)} |"
-        for record, result in _rows(rule.code, records)
+        for record, result in _rows(rule.code, records, form)
     ]
     if not rows:
         return "Not run by the verifier yet.\n"
@@ -84,15 +98,18 @@ def verification_table(rule, records: Optional[List[dict]] = None) -> str:
     return head + "\n" + "\n".join(rows) + "\n"
 
 
-def scenario_lines(rule) -> str:
+def scenario_lines(rule, form: str = "") -> str:
     lines = []
     for scenario in variants(rule.code):
+        if scenario.form != form:
+            continue
         needs = [f"devices: {', '.join(scenario.devices)}"]
         if scenario.min_ranks > 1:
             needs.append(f"at least {scenario.min_ranks} ranks")
         if scenario.real_cpu_offload:
             needs.append("real CPU parameter offload (CUDA)")
         needs += [f"torch >= {v} on {d}" for d, v in scenario.torch_min.items()]
+        needs += [f"{name}{spec}" for name, spec in scenario.packages.items()]
         fixed = f"; hazard fixed in torch {scenario.hazard_fixed_in}" if scenario.hazard_fixed_in else ""
         lines.append(
             f"- `fsdp_lint/scenarios/{scenario.program}` ({'; '.join(needs)}{fixed}): {scenario.hazard}."
@@ -100,14 +117,34 @@ def scenario_lines(rule) -> str:
     return "\n".join(lines) + "\n" if lines else "No runtime scenario.\n"
 
 
+def not_on_lines(rule, form: str) -> str:
+    """Why a form cannot run on a device (``not_on``), where it says more than the devices."""
+    lines = []
+    for scenario in variants(rule.code):
+        if scenario.form == form:
+            lines += [f"  Not on {device}: {why}." for device, why in scenario.not_on.items()]
+    return "".join(line + "\n" for line in lines)
+
+
 def render_rule(rule, records: Optional[List[dict]] = None) -> str:
+    """The rule's page: its text, then each scenario form (the plain torch one first, then one
+    section per framework form, ``FSD104 (accelerate)``) with its results."""
+    records = load() if records is None else records
     known = f"\nHazard fixed in torch {rule.hazard_fixed_in}.\n" if rule.hazard_fixed_in else ""
-    return (
+    page = (
         f"# {rule.name} ({rule.code})\n\n{FIX_WORDS[rule.fix_availability]}\n{known}\n{rule.doc}\n"
         f"## Verified (`fsdp-lint verify {rule.code}`)\n"
         f"{scenario_lines(rule)}\n"
         f"{verification_table(rule, records)}"
     )
+    for form in forms(rule.code):
+        if form:
+            page += (
+                f"\n### {label(rule.code, form)}\n"
+                f"{scenario_lines(rule, form)}{not_on_lines(rule, form)}\n"
+                f"{verification_table(rule, records, form)}"
+            )
+    return page
 
 
 def installed_torch() -> Optional[str]:
@@ -139,15 +176,54 @@ def on_your_torch(rule, version: Optional[str], records: Optional[List[dict]] = 
             f"No record for this torch version (recorded: {', '.join(seen) or 'none'}); "
             f"`fsdp-lint verify {rule.code}` checks it on your machine.\n"
         )
-    lines = [f"- {result['verdict']} on {_where(record)} ({_source(record)})" for record, result in same]
+    lines = [
+        f"- {label(rule.code, form_of(result))}: {result['verdict']} on {_where(record)} ({_source(record)})"
+        for record, result in same
+    ]
     reproduced = any(result["verdict"] == "CONFIRMED" for _, result in same)
     verdict = "reproduced" if reproduced else "not reproduced"
     return text + f"The hazard was {verdict} on this version:\n" + "\n".join(lines) + "\n"
 
 
+def framework_forms(rule, installed: Optional[dict] = None) -> List[dict]:
+    """The rule's framework forms with what each needs and what is installed here (package
+    metadata; nothing is imported)."""
+    out = []
+    for form in forms(rule.code):
+        needs: dict = {}
+        for scenario in variants(rule.code):
+            if scenario.form == form:
+                needs.update(scenario.packages)
+        if not form:
+            continue
+        found = installed if installed is not None else installed_versions(needs)
+        out.append({"form": form, "label": label(rule.code, form), "packages": needs,
+                    "installed": {name: found.get(name) for name in needs}})
+    return out
+
+
+def on_your_frameworks(rule, installed: Optional[dict] = None) -> str:
+    """Which of the frameworks the rule's forms need are installed here, and whether
+    ``fsdp-lint verify`` can run those forms with them."""
+    lines = []
+    for item in framework_forms(rule, installed):
+        for name, spec in item["packages"].items():
+            have = item["installed"][name]
+            if have is None:
+                state = f"not installed (`pip install 'fsdp-lint[verify-frameworks]'`); verify skips it"
+            elif spec_matches(have, spec):
+                state = f"installed: {name} {have}"
+            else:
+                state = f"found {name} {have}; verify skips it"
+            lines.append(f"- {item['label']} needs {name}{spec}: {state}")
+    return "".join(line + "\n" for line in lines)
+
+
 def render_for_user(rule) -> str:
-    """``fsdp-lint rule``: the page, then the user's own torch."""
-    return render_rule(rule) + "\n## On your torch\n" + on_your_torch(rule, installed_torch())
+    """``fsdp-lint rule``: the page, then the user's own torch (and frameworks)."""
+    text = render_rule(rule) + "\n## On your torch\n" + on_your_torch(rule, installed_torch())
+    frameworks = on_your_frameworks(rule)
+    return text + ("\n## Frameworks here\n" + frameworks if frameworks else "")
 
 
 INTRO = """# Runtime verification
@@ -159,6 +235,13 @@ version and build, the backend, devices, ranks and date, and every rank's exit a
 CPU runs use gloo; GPU runs use NCCL with NVLink multicast off. `fsdp-lint verify`
 reproduces them on your own torch and hardware; `fsdp-lint verify --python PATH --python
 PATH` compares torch versions.
+
+Some rules have several scenario *forms*: the plain torch program, and the same hazard
+reached through a framework's own call, each run and judged on its own and shown as its own
+row (`FSD104 (accelerate)`). A framework form needs that framework, pinned to the version
+the rule's documentation cites (`pip install 'fsdp-lint[verify-frameworks]'`); where the
+target interpreter lacks it, or where the framework cannot use FSDP on the device, the form
+is SKIPPED with the reason. A record names the framework versions its interpreter had.
 
 Records marked *imported* come from runs made before records existed: they hold only the
 verdict table of that run (no commit, no scenario hashes, no per-rank entries), and their
@@ -174,7 +257,7 @@ fsdp-lint verify --python venv-a/bin/python --python venv-b/bin/python --record 
 python -m fsdp_lint.docs docs                                           # then render the docs
 ```
 
-What a scenario needs (devices, ranks, real CPU offload, torch version) is declared in
+What a scenario needs (devices, ranks, real CPU offload, torch version, frameworks) is declared in
 `fsdp_lint/scenarios/registry.py`; where it is not met the verdict is SKIPPED with the
 reason, decided before anything runs. Several nodes: run the same command on every node with
 `--nnodes N --node-rank R --rdzv-endpoint HOST:PORT --rdzv-id ID` (torchrun's c10d
@@ -205,11 +288,13 @@ def render_verification(records: Optional[List[dict]] = None) -> str:
     heads = [_column(r) for r in records]
     parts.append("| rule | " + " | ".join(heads) + " |\n|---|" + "---|" * len(heads))
     for rule in ALL_RULES:
-        cells = []
-        for record in records:
-            found = [res["verdict"] for res in record["results"] if res["code"] == rule.code]
-            cells.append(found[0] if found else "-")
-        parts.append(f"| {rule.code} | " + " | ".join(cells) + " |")
+        for form in forms(rule.code) or ("",):
+            cells = []
+            for record in records:
+                found = [res["verdict"] for res in record["results"]
+                         if res["code"] == rule.code and form_of(res) == form]
+                cells.append(found[0] if found else "-")
+            parts.append(f"| {label(rule.code, form)} | " + " | ".join(cells) + " |")
     parts.append("")
     for record in records:
         parts.append(f"## torch {record['torch']['version']}, {_where(record)}: {_cell(_machine(record))}\n")
@@ -228,7 +313,7 @@ def render_verification(records: Optional[List[dict]] = None) -> str:
         parts.append("| rule | verdict | flagged program | fixed program | reason |\n|---|---|---|---|---|")
         for result in record["results"]:
             parts.append(
-                f"| {result['code']} | {result['verdict']} | {_cell(result['flagged'])} | {_cell(result['fixed'])} "
+                f"| {label(result['code'], form_of(result))} | {result['verdict']} | {_cell(result['flagged'])} | {_cell(result['fixed'])} "
                 f"| {_cell(result['reason'])} |"
             )
         parts.append("")

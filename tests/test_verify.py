@@ -19,20 +19,28 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fsdp_lint.rules import ALL_RULES  # noqa: E402
-from fsdp_lint.scenarios.registry import scenario_for  # noqa: E402
+from fsdp_lint.scenarios.registry import forms, scenario_for, scenarios_for  # noqa: E402
 from fsdp_lint.verify import judge as judge_mod  # noqa: E402
 from fsdp_lint.verify.launcher import launch  # noqa: E402
-from fsdp_lint.verify.scenario import Scenario  # noqa: E402
+from fsdp_lint.verify.scenario import Scenario, installed_versions  # noqa: E402
 
 
-def expected_verdict(rule, device="cpu", nproc=2):
-    """What the scenario's own declarations say this torch must give."""
-    scenario = scenario_for(rule.code, device)
-    if scenario.cannot_run(device, nproc, torch.__version__):
+def expected_verdict(rule, device="cpu", nproc=2, form=""):
+    """What the scenario's own declarations say this torch (and these frameworks) must give."""
+    scenario = scenario_for(rule.code, device, form)
+    if scenario.cannot_run(device, nproc, torch.__version__, installed_versions(scenario.packages)):
         return judge_mod.SKIPPED
     if not scenario.expected_on(torch.__version__):
         return judge_mod.NOT_REPRODUCED
     return judge_mod.CONFIRMED
+
+
+def expected_verdicts(rules, device="cpu", nproc=2):
+    """(code, form) -> verdict, for every form of every rule."""
+    return {
+        (rule.code, s.form): expected_verdict(rule, device, nproc, s.form)
+        for rule in rules for s in scenarios_for(rule.code, device)
+    }
 
 
 def _wait_for(predicate, what, bound=300.0):
@@ -50,8 +58,8 @@ def test_verify_every_rule_on_cpu(cli, tmp_path):
     assert result.returncode in (0, 1), result.stderr
     data = json.loads(result.stdout)
     assert data["torch"] == torch.__version__ and data["backend"] == "gloo"
-    verdicts = {r["code"]: r["verdict"] for r in data["results"]}
-    assert verdicts == {rule.code: expected_verdict(rule) for rule in ALL_RULES}, data
+    verdicts = {(r["code"], r["form"]): r["verdict"] for r in data["results"]}
+    assert verdicts == expected_verdicts(ALL_RULES), data
     assert result.returncode == 0
     assert "Failed to initialize NumPy" not in (tmp_path / "FSD004" / "flagged" / "rank0.log").read_text()
     # progress lines, and each rank's log kept where it says
@@ -59,7 +67,7 @@ def test_verify_every_rule_on_cpu(cli, tmp_path):
     assert str(tmp_path) in result.stderr
     assert (tmp_path / "FSD001" / "flagged" / "rank0.log").exists()
     assert (tmp_path / "FSD001" / "fixed" / "rank1.log").exists()
-    by_code = {r["code"]: r for r in data["results"]}
+    by_code = {r["code"]: r for r in data["results"] if r["form"] == ""}
     # FSD104: where each rank waits, from its stack at the timeout
     hang = by_code["FSD104"]["flagged"]
     assert hang.startswith("hang at the 60 s timeout: rank 0 `"), hang
@@ -85,7 +93,7 @@ def test_rule_named_twice_runs_once(cli, tmp_path):
                  "--format", "json", "--log-dir", tmp_path)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert [r["code"] for r in data["results"]] == ["FSD104"]
+    assert [(r["code"], r["form"]) for r in data["results"]] == [("FSD104", f) for f in forms("FSD104")]
 
 
 def test_one_rank_skips_what_needs_two_with_the_reason(cli, tmp_path):
@@ -97,7 +105,11 @@ def test_one_rank_skips_what_needs_two_with_the_reason(cli, tmp_path):
     data = json.loads(result.stdout)
     for item in data["results"]:
         assert item["verdict"] == "SKIPPED", item
-        assert item["reason"].startswith("needs at least 2 ranks, got 1"), item
+        scenario = scenario_for(item["code"], "cpu", item["form"])
+        if "cpu" in scenario.devices:
+            assert item["reason"].startswith("needs at least 2 ranks, got 1"), item
+        else:  # a framework form that cannot use FSDP on CPU says so first
+            assert item["reason"] == scenario.not_on["cpu"], item
     assert "started" not in result.stderr
 
 

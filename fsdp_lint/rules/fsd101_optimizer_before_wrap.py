@@ -52,6 +52,13 @@ optimizer keeps stepping the old tensors, which no forward or backward uses any 
 weights never change, silently, and a full-size copy of the old parameters stays alive
 (measured on CPU/gloo, torch 2.13.0, and on 2 GPUs, torch 2.11).
 
+The framework forms are verified by their own scenarios, each the framework's call:
+`FSD101 (fabric-fsdp2)` (`fabric.setup(model, optimizer)` with `ModelParallelStrategy`:
+no weight changed by 3 optimizer steps, measured on CPU/gloo, torch 2.13.0, Lightning 2.6.6)
+and `FSD101 (accelerate)` (`accelerator.prepare(model, optimizer)` with the FSDP1 plugin),
+which runs on GPUs only: accelerate 1.15.0 enables its FSDP plugin only over an
+accelerator's process group (`state.py` l. 986-1013).
+
 ## Example
 ```python
 import torch

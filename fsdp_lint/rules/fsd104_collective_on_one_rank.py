@@ -68,6 +68,15 @@ The verifier shows where each rank waits: at its timeout every rank's stack is d
 `state_dict()` on rank 0 can pair its all-gathers with the other rank's next forward, and the
 ranks then block in different collectives of the training step.
 
+The framework forms are verified by their own scenarios, each the framework's call under
+the rank test: `FSD104 (fabric-fsdp2)` (`fabric.save` on global rank 0 with
+`ModelParallelStrategy`: rank 0 blocks in the path's broadcast inside `fabric.save`, the
+other rank in its next forward; measured on CPU/gloo, torch 2.13.0, Lightning 2.6.6),
+`FSD104 (fabric)` (`fabric.save` with `strategy="fsdp"`) and `FSD104 (accelerate)`
+(`accelerator.get_state_dict(model)` under FSDP1 on the main process). The last two run on
+GPUs only: Lightning refuses `strategy="fsdp"` off GPU (`fabric/connector.py` l. 433-439) and
+accelerate enables FSDP only over an accelerator (`state.py` l. 986-1013).
+
 ## Example
 ```python
 import torch

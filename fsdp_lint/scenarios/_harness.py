@@ -2,6 +2,11 @@
 
 Environment set by the verifier: FSDP_LINT_BACKEND (gloo|nccl), FSDP_LINT_DEVICE
 (cpu|cuda), FSDP_LINT_RESULT_DIR (where ``report`` writes ``rank<N>.json``).
+
+A framework form (accelerate, Lightning Fabric) lets the framework start the process group
+from torchrun's environment instead of ``init()``; ``device_kind()``, ``torchrun_sizes()``
+and ``result_dir()`` give it what to configure; ``report``, ``gather`` and ``finish`` work
+the same once the framework has started the group.
 """
 
 import json
@@ -22,6 +27,26 @@ def init():
     dist.init_process_group(backend)
     torch.manual_seed(0)
     return dist.get_rank(), dist.get_world_size(), device, local_rank
+
+
+def device_kind():
+    """``cpu`` or ``cuda``: the device the verifier chose."""
+    return os.environ.get("FSDP_LINT_DEVICE", "cpu")
+
+
+def torchrun_sizes():
+    """(ranks on this node, nodes), as torchrun started them: a framework's ``devices=`` and
+    ``num_nodes=``."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    world = int(os.environ.get("WORLD_SIZE", str(local)))
+    return local, max(1, world // local)
+
+
+def result_dir():
+    """A folder every rank of this node sees (the verifier's log folder of the program)."""
+    import tempfile
+
+    return os.environ.get("FSDP_LINT_RESULT_DIR") or tempfile.gettempdir()
 
 
 def mlp(width=64, depth=3):

@@ -2,16 +2,28 @@
 
 Rules never import the verifier: a rule is named here by its code (plain data), and
 ``fsdp-lint verify``, ``fsdp-lint rule`` and the docs look scenarios up with
-``variants(code)`` / ``scenario_for(code, device)``.
+``variants(code)``, ``forms(code)``, ``scenario_for(code, device, form)`` and
+``scenarios_for(code, device)`` (one per form).
 
 Format (one entry per rule)::
 
     "FSD123": Scenario(program="fsd123_<name>.py", hazard="...", ...),
 
-or, when the hazard shows differently per device, a tuple of variants, each with its own
-``devices``; the first variant that runs on the chosen device is used::
+or a tuple of scenarios, for two reasons that combine:
 
-    "FSD001": (Scenario(..., devices=("cpu",)), Scenario(..., devices=("cuda",))),
+- *variants* of one form, when the hazard shows differently per device, each with its own
+  ``devices``; the first variant of a form that runs on the chosen device is used::
+
+      "FSD001": (Scenario(..., devices=("cpu",)), Scenario(..., devices=("cuda",))),
+
+- *forms*, the same hazard reached another way (a framework's own call), named by
+  ``form``; every form runs, each is judged and recorded on its own (``FSD104 (accelerate)``).
+  The plain torch form is ``form=""`` and comes first; a form that imports a framework
+  names it, pinned, in ``packages`` (unmet: SKIPPED with the reason)::
+
+      "FSD104": (Scenario(program="fsd104_....py", ...),
+                 Scenario(program="fsd104_accelerate_....py", form="accelerate",
+                          packages={"accelerate": "==1.15.0"}, devices=("cuda",), ...)),
 
 ``Scenario`` (fsdp_lint/verify/scenario.py) documents every field.  Adding a rule: write
 ``fsdp_lint/scenarios/fsd123_<name>.py`` (a program in the pattern the rule flags, using
@@ -20,11 +32,31 @@ or, when the hazard shows differently per device, a tuple of variants, each with
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from fsdp_lint.verify.scenario import Scenario
 
 NO_SHARD_AT_ONE_RANK = "with one rank FSDP switches to NO_SHARD"
+
+# The frameworks' forms, pinned to the versions the rule docs cite (`pip install 'fsdp-lint[verify-frameworks]'`).
+ACCELERATE = {"accelerate": "==1.15.0"}
+LIGHTNING = {"lightning": "==2.6.6"}
+ACCELERATE_FSDP_NEEDS_AN_ACCELERATOR = (
+    "accelerate 1.15.0 enables its FSDP plugin only over an accelerator's process group (AcceleratorState, "
+    "state.py l. 986-1013: MULTI_GPU, MULTI_NPU, MULTI_XPU, ...); on CPU it picks MULTI_CPU with cpu=True "
+    "(l. 800-808) and no distributed type without it (l. 814-815), and never wraps the model with FSDP"
+)
+FABRIC_FSDP_NEEDS_A_GPU = (
+    "Lightning 2.6.6 refuses strategy=\"fsdp\" off GPU: \"You selected the FSDP strategy but FSDP is only "
+    "available on GPU\" (fabric/connector.py l. 433-439); past that check its FSDPStrategy wraps with "
+    "device_id=root_device.index (strategies/fsdp.py l. 303), None on CPU, and torch's FSDP then raises "
+    "\"FSDP needs a non-CPU accelerator device\""
+)
+ONE_RANK_HANG = "a collective on one rank only hangs when there is a peer to wait for"
+HANG_ERRORS = (r"(Connection closed by peer|Connection reset by peer|Timed out waiting for|"
+               r"Watchdog caught collective operation timeout)",)
+HANG = ("the job hangs: at the timeout each rank's stack (faulthandler) shows the collective it is blocked in; "
+        "or a rank fails in a mismatched collective")
 
 SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
     "FSD001": (
@@ -162,15 +194,45 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         min_ranks=2,
         ranks_why=NO_SHARD_AT_ONE_RANK + ": the parameters are never sharded",
     ),
-    "FSD101": Scenario(
-        program="fsd101_optimizer_before_wrap.py",
-        fixed_by=((
-            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-            "    model = FSDP(model, device_id=where)\n",
-            "    model = FSDP(model, device_id=where)\n"
-            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
-        ),),
-        hazard="after optimizer steps with non-zero gradients the model's weights have not changed",
+    "FSD101": (
+        Scenario(
+            program="fsd101_optimizer_before_wrap.py",
+            fixed_by=((
+                "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                "    model = FSDP(model, device_id=where)\n",
+                "    model = FSDP(model, device_id=where)\n"
+                "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+            ),),
+            hazard="after optimizer steps with non-zero gradients the model's weights have not changed",
+        ),
+        Scenario(
+            program="fsd101_accelerate_optimizer_before_prepare.py",
+            form="accelerate",
+            packages=ACCELERATE,
+            fixed_by=((
+                "    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)\n"
+                "    model, optimizer = accelerator.prepare(model, optimizer)\n",
+                "    model = accelerator.prepare(model)\n"
+                "    optimizer = accelerator.prepare(torch.optim.AdamW(model.parameters(), lr=0.01))\n",
+            ),),
+            hazard="accelerator.prepare(model, optimizer) with FullyShardedDataParallelPlugin(use_orig_params=False): "
+            "after optimizer steps with non-zero gradients the model's weights have not changed",
+            devices=("cuda",),
+            not_on={"cpu": ACCELERATE_FSDP_NEEDS_AN_ACCELERATOR},
+        ),
+        Scenario(
+            program="fsd101_fabric_fsdp2_optimizer_before_setup.py",
+            form="fabric-fsdp2",
+            packages=LIGHTNING,
+            fixed_by=((
+                "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                "    model, optimizer = fabric.setup(model, optimizer)\n",
+                "    model = fabric.setup_module(model)\n"
+                "    optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))\n",
+            ),),
+            hazard="fabric.setup(model, optimizer) with ModelParallelStrategy (fully_shard in parallelize_fn): "
+            "after optimizer steps with non-zero gradients the model's weights have not changed",
+        ),
     ),
     "FSD102": Scenario(
         program="fsd102_clip_grad_norm_on_sharded_fsdp.py",
@@ -191,22 +253,75 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         devices=("cuda",),
         real_cpu_offload=True,
     ),
-    "FSD104": Scenario(
-        program="fsd104_collective_on_one_rank.py",
-        fixed_by=((
-            "    if dist.get_rank() == 0:\n"
-            "        state = model.state_dict()\n",
-            "    state = model.state_dict()\n"
-            "    if dist.get_rank() == 0:\n",
-        ),),
-        hazard="the job hangs: at the timeout each rank's stack (faulthandler) shows the collective it is blocked "
-        "in; or a rank fails in a mismatched collective",
-        hang_is_hazard=True,
-        errors=(r"(Connection closed by peer|Connection reset by peer|Timed out waiting for|"
-                r"Watchdog caught collective operation timeout)",),
-        min_ranks=2,
-        ranks_why="a collective on one rank only hangs when there is a peer to wait for",
-        timeout=60.0,
+    "FSD104": (
+        Scenario(
+            program="fsd104_collective_on_one_rank.py",
+            fixed_by=((
+                "    if dist.get_rank() == 0:\n"
+                "        state = model.state_dict()\n",
+                "    state = model.state_dict()\n"
+                "    if dist.get_rank() == 0:\n",
+            ),),
+            hazard=HANG,
+            hang_is_hazard=True,
+            errors=HANG_ERRORS,
+            min_ranks=2,
+            ranks_why=ONE_RANK_HANG,
+            timeout=60.0,
+        ),
+        Scenario(
+            program="fsd104_accelerate_state_dict_on_main_process.py",
+            form="accelerate",
+            packages=ACCELERATE,
+            fixed_by=((
+                "    if accelerator.is_main_process:\n"
+                "        state = accelerator.get_state_dict(model)\n",
+                "    state = accelerator.get_state_dict(model)\n"
+                "    if accelerator.is_main_process:\n",
+            ),),
+            hazard="accelerator.get_state_dict(model) under FSDP1 on the main process only: " + HANG,
+            hang_is_hazard=True,
+            errors=HANG_ERRORS,
+            devices=("cuda",),
+            not_on={"cpu": ACCELERATE_FSDP_NEEDS_AN_ACCELERATOR},
+            min_ranks=2,
+            ranks_why=ONE_RANK_HANG,
+            timeout=60.0,
+        ),
+        Scenario(
+            program="fsd104_fabric_save_on_rank_zero.py",
+            form="fabric",
+            packages=LIGHTNING,
+            fixed_by=((
+                "    if fabric.global_rank == 0:\n"
+                "        fabric.save(path, {\"model\": model})\n",
+                "    fabric.save(path, {\"model\": model})\n",
+            ),),
+            hazard="fabric.save(...) with strategy=\"fsdp\" on global rank 0 only: " + HANG,
+            hang_is_hazard=True,
+            errors=HANG_ERRORS,
+            devices=("cuda",),
+            not_on={"cpu": FABRIC_FSDP_NEEDS_A_GPU},
+            min_ranks=2,
+            ranks_why=ONE_RANK_HANG,
+            timeout=60.0,
+        ),
+        Scenario(
+            program="fsd104_fabric_fsdp2_save_on_rank_zero.py",
+            form="fabric-fsdp2",
+            packages=LIGHTNING,
+            fixed_by=((
+                "    if fabric.global_rank == 0:\n"
+                "        fabric.save(path, {\"model\": model})\n",
+                "    fabric.save(path, {\"model\": model})\n",
+            ),),
+            hazard="fabric.save(...) with ModelParallelStrategy (FSDP2) on global rank 0 only: " + HANG,
+            hang_is_hazard=True,
+            errors=HANG_ERRORS,
+            min_ranks=2,
+            ranks_why=ONE_RANK_HANG,
+            timeout=60.0,
+        ),
     ),
     "FSD105": Scenario(
         program="fsd105_generate_outside_summon.py",
@@ -264,18 +379,32 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:
-    """Every scenario declared for ``code`` (empty: the rule has none)."""
+    """Every scenario declared for ``code``, all forms (empty: the rule has none)."""
     entry = SCENARIOS.get(code)
     if entry is None:
         return ()
     return entry if isinstance(entry, tuple) else (entry,)
 
 
-def scenario_for(code: str, device: str) -> Optional[Scenario]:
-    """The variant of ``code``'s scenario that runs on ``device`` (else its first variant,
-    whose ``cannot_run`` says why it is skipped); None when the rule has no scenario."""
-    found = variants(code)
+def forms(code: str) -> Tuple[str, ...]:
+    """The forms of ``code``'s scenario in declaration order (``""``: the plain torch one)."""
+    found: List[str] = []
+    for scenario in variants(code):
+        if scenario.form not in found:
+            found.append(scenario.form)
+    return tuple(found)
+
+
+def scenario_for(code: str, device: str, form: str = "") -> Optional[Scenario]:
+    """The variant of ``code``'s scenario ``form`` that runs on ``device`` (else the form's
+    first variant, whose ``cannot_run`` says why it is skipped); None when there is none."""
+    found = [s for s in variants(code) if s.form == form]
     for scenario in found:
         if device in scenario.devices:
             return scenario
     return found[0] if found else None
+
+
+def scenarios_for(code: str, device: str) -> List[Scenario]:
+    """One scenario per form of ``code``, each the variant for ``device``: what ``verify`` runs."""
+    return [s for s in (scenario_for(code, device, form) for form in forms(code)) if s is not None]

@@ -10,19 +10,28 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from fsdp_lint.scenarios.registry import scenario_for
+from fsdp_lint.scenarios.registry import forms, scenarios_for, variants
 from fsdp_lint.verify.judge import ERROR, SKIPPED, Judgement, judge, summarize
 from fsdp_lint.verify.launcher import Topology, child_env
+from fsdp_lint.verify.scenario import label
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 INSTALL_HINT = "install it with: pip install 'fsdp-lint[verify]' (or pip install torch)"
+PLAIN_FORM = "torch"  # how --form names the plain torch form (form "" in the registry)
 
-# Run by each interpreter: its torch, without importing anything of fsdp-lint.
+# Run by each interpreter: its torch, and the versions of the distributions named in argv
+# (the scenarios' ``packages``) from package metadata, without importing anything of fsdp-lint.
 PROBE = """\
 import json, platform, sys
+from importlib import metadata
 import torch
+def installed(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 names = []
 if torch.cuda.is_available():
     names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -30,6 +39,7 @@ print(json.dumps({
     "version": torch.__version__, "cuda": torch.version.cuda,
     "git_version": getattr(torch.version, "git_version", None), "debug": bool(torch.version.debug),
     "device_names": names, "cuda_devices": len(names), "python": platform.python_version(),
+    "packages": {name: installed(name) for name in sys.argv[1:]},
 }))
 """
 
@@ -39,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="fsdp-lint verify", description="Run each rule's runtime scenario under torchrun and judge it."
     )
     parser.add_argument("rules", nargs="*", help="codes or names (default: every rule)")
+    parser.add_argument(
+        "--form", metavar="NAME", action="append", default=None,
+        help=f"run only these scenario forms (repeat; {PLAIN_FORM!r}: the plain torch one; e.g. accelerate, "
+        "fabric-fsdp2; default: every form)",
+    )
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: gloo (cpu), nccl (cuda)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--nproc", type=_positive, default=2, help="ranks per node (default 2)")
@@ -79,11 +94,12 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def probe(python: str, scratch: str) -> Tuple[Optional[dict], Optional[str]]:
-    """(what the interpreter's torch says about itself, or why it cannot say)."""
+def probe(python: str, scratch: str, packages: Sequence[str] = ()) -> Tuple[Optional[dict], Optional[str]]:
+    """(what the interpreter's torch says about itself and which version of each of
+    ``packages`` it has, or why it cannot say)."""
     try:
         done = subprocess.run(
-            [python, "-c", PROBE], capture_output=True, text=True, timeout=300,
+            [python, "-c", PROBE, *packages], capture_output=True, text=True, timeout=300,
             env=child_env(python, scratch),
         )
     except (OSError, subprocess.SubprocessError) as exc:
@@ -139,37 +155,47 @@ class Run:
             return f"needs {self.topology.nproc} CUDA devices on this node, found {self.info.get('cuda_devices', 0)}"
         return None
 
-    def verify_rule(self, rule) -> Tuple[object, Judgement]:
+    def verify_rule(self, rule) -> List[Tuple[object, Judgement]]:
+        """(scenario, judgement) for every form of the rule's scenario (those ``--form`` names),
+        the plain one first."""
+        found = scenarios_for(rule.code, self.args.device)
+        if not found:
+            return [(None, Judgement(ERROR, "-", "-", "the rule has no runtime scenario"))]
+        wanted = _wanted_forms(self.args.form)
+        return [(s, self.verify_form(rule, s)) for s in found if wanted is None or s.form in wanted]
+
+    def verify_form(self, rule, scenario) -> Judgement:
         from fsdp_lint.verify.launcher import launch
 
         args = self.args
-        scenario = scenario_for(rule.code, args.device)
-        if scenario is None:
-            return None, Judgement(ERROR, "-", "-", "the rule has no runtime scenario")
-        why = scenario.cannot_run(args.device, self.topology.world_size, self.info["version"])
+        name = label(rule.code, scenario.form)
+        why = scenario.cannot_run(
+            args.device, self.topology.world_size, self.info["version"], self.info.get("packages") or {}
+        )
         if why is None:
             why = self.device_problem()
         if why:
-            return scenario, Judgement(SKIPPED, "-", "-", why)
-        flagged, fixed, problem = prepare(rule, scenario, self.root / rule.code)
+            return Judgement(SKIPPED, "-", "-", why)
+        folder = self.root / (f"{rule.code}-{scenario.form}" if scenario.form else rule.code)
+        flagged, fixed, problem = prepare(rule, scenario, folder)
         if problem:
-            return scenario, Judgement(ERROR, "-", "-", problem)
+            return Judgement(ERROR, "-", "-", problem)
         timeout = args.timeout or scenario.timeout
         outcomes = []
         where = f"{ranks(self.topology.world_size)}, {self.backend}/{args.device}, torch {self.info['version']}"
-        for label, program in (("flagged", flagged), ("fixed", fixed)):
-            self.progress(f"[{rule.code}] {label} program: started ({where})")
+        for kind, program in (("flagged", flagged), ("fixed", fixed)):
+            self.progress(f"[{name}] {kind} program: started ({where})")
             outcome = launch(
-                str(program), str(self.root / rule.code / label), self.topology.nproc, self.backend,
+                str(program), str(folder / kind), self.topology.nproc, self.backend,
                 args.device, timeout, python=self.python, topology=self.topology, index=self.index,
-                tag=f"{rule.code}-{label}",
+                tag=f"{folder.name}-{kind}",
             )
             self.index += 1
-            self.progress(f"[{rule.code}] {label} program: finished in {outcome.seconds:.1f} s: {outcome.describe()}")
+            self.progress(f"[{name}] {kind} program: finished in {outcome.seconds:.1f} s: {outcome.describe()}")
             outcomes.append(outcome)
         judgement = judge(scenario, *outcomes)
         judgement.outcomes = tuple(outcomes)
-        return scenario, judgement
+        return judgement
 
 
 def ranks(count: int) -> str:
@@ -189,6 +215,19 @@ def _unique_rules(names: List[str]):
     return chosen
 
 
+def _wanted_forms(names: Optional[List[str]]) -> Optional[set]:
+    """``--form`` values as registry forms (``torch`` -> ``""``); None: every form."""
+    if not names:
+        return None
+    return {"" if name == PLAIN_FORM else name for name in names}
+
+
+def _unknown_forms(names: Optional[List[str]], rules) -> List[str]:
+    """``--form`` values that no selected rule has."""
+    known = {form for rule in rules for form in forms(rule.code)}
+    return [name for name in names or [] if ("" if name == PLAIN_FORM else name) not in known]
+
+
 def run_verify(argv) -> int:
     from fsdp_lint.rules import UnknownRuleError
     from fsdp_lint.verify.program.options import wants_program
@@ -203,6 +242,12 @@ def run_verify(argv) -> int:
     except UnknownRuleError as exc:
         print(f"fsdp-lint verify: error: {exc}", file=sys.stderr)
         return 2
+    unknown = _unknown_forms(args.form, rules)
+    if unknown:
+        known = sorted({f or PLAIN_FORM for rule in rules for f in forms(rule.code)})
+        print(f"fsdp-lint verify: error: no selected rule has the form {', '.join(map(repr, unknown))} "
+              f"(forms: {', '.join(known)})", file=sys.stderr)
+        return 2
     topology = Topology(
         nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
         rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
@@ -213,6 +258,11 @@ def run_verify(argv) -> int:
     root = Path(args.log_dir or tempfile.mkdtemp(prefix="fsdp-lint-verify-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
     pythons = args.python or [sys.executable]
+    wanted = _wanted_forms(args.form)
+    packages = sorted({
+        name for rule in rules for s in variants(rule.code) if wanted is None or s.form in wanted
+        for name in s.packages
+    })
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -225,7 +275,7 @@ def run_verify(argv) -> int:
     runs = []
     try:
         for python in pythons:
-            info, problem = probe(python, str(root))
+            info, problem = probe(python, str(root), packages)
             if info is None:
                 print(f"fsdp-lint verify: {problem}; {INSTALL_HINT}", file=sys.stderr)
                 return 2
@@ -233,8 +283,8 @@ def run_verify(argv) -> int:
             run = Run(args, python, info, folder, topology, progress)
             results = []
             for rule in rules:
-                scenario, judgement = run.verify_rule(rule)
-                results.append((rule, judgement, scenario))
+                for scenario, judgement in run.verify_rule(rule):
+                    results.append((rule, judgement, scenario))
             runs.append((run, results))
     except KeyboardInterrupt:
         print(f"fsdp-lint verify: interrupted; the torchrun jobs were stopped; logs so far: {root}{os.sep}",
@@ -244,7 +294,7 @@ def run_verify(argv) -> int:
         for run, results in runs:
             record = records.build(
                 run.info, topology, run.backend, args.device, results, ["fsdp-lint", "verify", *argv], source,
-                some_rules=bool(args.rules),
+                some_rules=bool(args.rules or args.form), some_forms=args.form,
             )
             progress(f"record written: {records.write(record, Path(args.record))}")
     if args.format == "json":
@@ -252,7 +302,7 @@ def run_verify(argv) -> int:
     elif len(runs) == 1:
         run, results = runs[0]
         where = f"{run.backend}/{args.device}, {ranks(topology.world_size)}"
-        print(render_table(run.info["version"], where, [(r, j) for r, j, _ in results]))
+        print(render_table(run.info["version"], where, results))
     else:
         print(render_matrix(runs))
     print(f"logs of each rank of each program: {root}{os.sep}", file=sys.stderr)
@@ -271,9 +321,11 @@ def _json(runs, args, topology: Topology, root: Path) -> dict:
             "world_size": topology.world_size,
             "log_dir": str(run.root),
             "device_names": run.info.get("device_names", []),
+            "packages": run.info.get("packages") or {},
             "results": [
                 {
                     "code": rule.code,
+                    "form": scenario.form if scenario else "",
                     "name": rule.name,
                     "verdict": j.verdict,
                     "flagged": j.flagged,
@@ -295,20 +347,21 @@ def render_table(version: str, where: str, results) -> str:
         "| rule | torch | backend/device | flagged program | fixed program | verdict |",
         "|------|-------|----------------|-----------------|---------------|---------|",
     ]
-    for rule, j in results:
+    for rule, j, scenario in results:
         verdict = j.verdict + (f" ({j.reason})" if j.reason else "")
-        lines.append(f"| {rule.code} | {version} | {where} | {j.flagged} | {j.fixed} | {verdict} |")
+        name = label(rule.code, scenario.form if scenario else "")
+        lines.append(f"| {name} | {version} | {where} | {j.flagged} | {j.fixed} | {verdict} |")
     return "\n".join(lines)
 
 
 def render_matrix(runs) -> str:
-    """One row per rule, one column per interpreter's torch."""
+    """One row per rule and form, one column per interpreter's torch."""
     heads = [f"torch {run.info['version']}" for run, _ in runs]
     lines = ["| rule | " + " | ".join(heads) + " |", "|------|" + "|".join("---" for _ in heads) + "|"]
-    for index, (rule, _, _) in enumerate(runs[0][1]):
+    for index, (rule, _, scenario) in enumerate(runs[0][1]):
         cells = []
         for _, results in runs:
             j = results[index][1]
             cells.append(j.verdict + (f" ({j.reason})" if j.verdict == SKIPPED else ""))
-        lines.append(f"| {rule.code} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label(rule.code, scenario.form if scenario else '')} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -1,11 +1,13 @@
 """Machine-written records of verifier runs (``fsdp-lint verify --record DIR``).
 
 One JSON file per run and interpreter: what ran (fsdp-lint version and git commit, a hash of
-every scenario file), where (torch version and build, backend, device names, ranks, nodes,
-date) and what happened (each rule's verdict, and each rank's exit and evidence in the
-flagged and the fixed program).  The records shipped in ``fsdp_lint/verify/records/`` are
-the source of the docs (``python -m fsdp_lint.docs docs``) and of ``fsdp-lint rule``; a
-test fails when the docs and the records disagree.
+every scenario file), where (torch version and build, the versions of the frameworks the
+scenarios need, backend, device names, ranks, nodes, date) and what happened (each rule's
+verdict, one result per scenario form, and each rank's exit and evidence in the flagged and
+the fixed program).  A result's ``form`` names the form (``"accelerate"``); records made
+before forms existed have none: their results are the plain torch form.  The records shipped
+in ``fsdp_lint/verify/records/`` are the source of the docs (``python -m fsdp_lint.docs docs``)
+and of ``fsdp-lint rule``; a test fails when the docs and the records disagree.
 
 Records are never edited by hand.  Runs made before records existed are kept only through
 ``python -m fsdp_lint.verify.records import-legacy OLD.json --note TEXT``, which marks them
@@ -104,14 +106,15 @@ def source_state() -> dict:
 
 
 def build(info: dict, topology, backend: str, device: str, results, command: List[str],
-          source: Optional[dict] = None, some_rules: bool = False) -> dict:
+          source: Optional[dict] = None, some_rules: bool = False, some_forms: Optional[List[str]] = None) -> dict:
     """A record of one run: ``info`` from the interpreter's torch probe, ``results`` triples of
-    (rule, Judgement, scenario), ``source`` from ``source_state()`` at the start."""
+    (rule, Judgement, scenario), one per form, ``source`` from ``source_state()`` at the start."""
     source = source or source_state()
     entries = []
     for rule, judgement, scenario in results:
         entry = {
             "code": rule.code,
+            "form": scenario.form if scenario else "",
             "name": rule.name,
             "verdict": judgement.verdict,
             "flagged": judgement.flagged,
@@ -132,6 +135,7 @@ def build(info: dict, topology, backend: str, device: str, results, command: Lis
         "scenario_hashes": source["scenario_hashes"],
         "torch": {key: info.get(key) for key in ("version", "cuda", "git_version", "debug")},
         "python": info.get("python"),
+        "packages": info.get("packages") or {},  # the scenarios' frameworks, as the probe found them
         "backend": backend,
         "device": device,
         "device_names": info.get("device_names") or [],
@@ -141,6 +145,7 @@ def build(info: dict, topology, backend: str, device: str, results, command: Lis
         "world_size": topology.world_size,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "some_rules": some_rules,
+        **({"some_forms": sorted(some_forms)} if some_forms else {}),  # `verify --form`: these forms only
         "results": entries,
     }
 
@@ -151,6 +156,7 @@ def file_name(record: dict) -> str:
     kind = "-imported" if record.get("provenance") == "imported" else ""
     codes = [result["code"] for result in record["results"]]
     part = f"-{codes[0]}-{codes[-1]}" if record.get("some_rules") and codes else ""  # a run of some rules only
+    part += "".join(f"-{form}" for form in record.get("some_forms") or [])  # of some forms only
     return (
         f"{day}-{record['backend']}-{record['device']}-{record['world_size']}ranks-torch-{torch_version}"
         f"{part}{kind}.json"
@@ -164,6 +170,11 @@ def write(record: dict, folder: Path) -> Path:
     tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def form_of(result: dict) -> str:
+    """A result's scenario form (``""``: plain torch, also for records made before forms)."""
+    return result.get("form") or ""
 
 
 def problems(record: dict) -> List[str]:
