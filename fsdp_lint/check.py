@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Type
 
+from fsdp_lint import lazy_libcst
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder, version_tuple
 
@@ -206,7 +207,7 @@ def _init_worker(settings: Settings) -> None:
     global _WORKER_SETTINGS
     worker_signals()
     _WORKER_SETTINGS = settings
-    import libcst  # noqa: F401 - imported while the parent is still reading files
+    lazy_libcst.load()  # while the parent is still reading files
 
 
 def _worker(source: SourceFile) -> FileReport:

@@ -17,6 +17,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Type
 
+from fsdp_lint.lazy_libcst import cst
+
 from fsdp_lint.diagnostics import Diagnostic, Edit, Fix, Location
 from fsdp_lint.noqa import Suppressions
 from fsdp_lint.rules.base import Reporter, Rule
@@ -111,8 +113,6 @@ def _too_deeply_nested(text: str) -> bool:
 
 
 def _parse(text: str, filename: str, parser=None):
-    import libcst as cst  # imported only when a file gets this far
-
     if _too_deeply_nested(text):
         return None, error_diagnostic(
             SYNTAX_ERROR,
@@ -142,9 +142,7 @@ def _code(module, node, indent: str) -> str:
     """``node``'s code as it stands in the file: continuation lines of a multi-line call
     carry the indentation of the block the statement is in (``code_for_node`` alone
     renders them as if at module level)."""
-    from libcst._nodes.internal import CodegenState
-
-    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    state = cst._nodes.internal.CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
     if indent:
         state.indent_tokens.append(indent)
     node._codegen(state)
@@ -283,8 +281,6 @@ def lint_text_sliced(
         owners.extend([rule] * (len(reporter.findings) - before))
     if not reporter.findings:
         return result
-    import libcst as cst  # already loaded by the parse
-
     suppressions = Suppressions(text)
     for rule, (node, message, proposal, statement) in zip(owners, reporter.findings):
         rng = positions(node)
