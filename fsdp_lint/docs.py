@@ -14,9 +14,11 @@ is not imported) and whether the records show the hazard on that version.
 from __future__ import annotations
 
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import List, Optional
 
+from fsdp_lint.rules import ALL_RULES
 from fsdp_lint.scenarios.registry import variants
 from fsdp_lint.verify.records import load
 from fsdp_lint.verify.scenario import version_tuple
@@ -111,8 +113,6 @@ def render_rule(rule, records: Optional[List[dict]] = None) -> str:
 
 def installed_torch() -> Optional[str]:
     """The installed torch's version from its package metadata (torch is not imported)."""
-    from importlib import metadata
-
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
@@ -197,8 +197,6 @@ def _column(record: dict) -> str:
 
 
 def render_verification(records: Optional[List[dict]] = None) -> str:
-    from fsdp_lint.rules import ALL_RULES
-
     records = load() if records is None else records
     parts = [INTRO, "## Verdicts by run\n"]
     heads = [_column(r) for r in records]
@@ -235,8 +233,6 @@ def render_verification(records: Optional[List[dict]] = None) -> str:
 
 
 def write_docs(folder: Path) -> List[Path]:
-    from fsdp_lint.rules import ALL_RULES
-
     records = load()
     written = []
     (folder / "rules").mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from typing import Any, List, Optional, Tuple
 
 from fsdp_lint.check import Overrides, Settings
 from fsdp_lint.config import ConfigFinder
+from fsdp_lint.rules import UnknownRuleError, matching
 
 DEFAULT_DEBOUNCE_MS = 100
 SECTION_KEYS = ("fsdp-lint", "fsdpLint", "fsdp_lint")
@@ -41,8 +42,6 @@ class ClientSettings:
 
 
 def _selectors(raw: Any, key: str, problems: List[str]) -> Optional[List[str]]:
-    from fsdp_lint.rules import UnknownRuleError, matching
-
     if raw is None:
         return None
     if isinstance(raw, str):
