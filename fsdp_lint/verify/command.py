@@ -7,33 +7,23 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from fsdp_lint.engine import lint_text
+from fsdp_lint.fixer import fix_text
+from fsdp_lint.rules import ALL_RULES, UnknownRuleError, lookup
 from fsdp_lint.scenarios.registry import scenario_for
+from fsdp_lint.verify import records
 from fsdp_lint.verify.judge import ERROR, SKIPPED, Judgement, judge, summarize
-from fsdp_lint.verify.launcher import Topology, child_env
+from fsdp_lint.verify.launcher import Topology, launch, probe
+from fsdp_lint.verify.program.command import run_program
+from fsdp_lint.verify.program.options import wants_program
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 INSTALL_HINT = "install it with: pip install 'fsdp-lint[verify]' (or pip install torch)"
-
-# Run by each interpreter: its torch, without importing anything of fsdp-lint.
-PROBE = """\
-import json, platform, sys
-import torch
-names = []
-if torch.cuda.is_available():
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-print(json.dumps({
-    "version": torch.__version__, "cuda": torch.version.cuda,
-    "git_version": getattr(torch.version, "git_version", None), "debug": bool(torch.version.debug),
-    "device_names": names, "cuda_devices": len(names), "python": platform.python_version(),
-}))
-"""
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -80,27 +70,8 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def probe(python: str, scratch: str) -> Tuple[Optional[dict], Optional[str]]:
-    """(what the interpreter's torch says about itself, or why it cannot say)."""
-    try:
-        done = subprocess.run(
-            [python, "-c", PROBE], capture_output=True, text=True, timeout=300,
-            env=child_env(python, scratch),
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"cannot run {python}: {exc}"
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return None, f"torch is not importable by {python} ({lines[-1].strip() if lines else done.returncode})"
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]), None
-
-
 def prepare(rule, scenario, workdir: Path) -> Tuple[Optional[Path], Optional[Path], Optional[str]]:
     """Write the flagged and the fixed program; check the rule fires on one and not the other."""
-    from fsdp_lint.engine import lint_text
-    from fsdp_lint.fixer import fix_text
-
     flagged_text = (SCENARIOS / scenario.program).read_text()
     if not [d for d in lint_text(flagged_text, scenario.program, [rule]).diagnostics if d.code == rule.code]:
         return None, None, f"{rule.code} does not fire on its own scenario {scenario.program}"
@@ -141,8 +112,6 @@ class Run:
         return None
 
     def verify_rule(self, rule) -> Tuple[object, Judgement]:
-        from fsdp_lint.verify.launcher import launch
-
         args = self.args
         scenario = scenario_for(rule.code, args.device)
         if scenario is None:
@@ -178,8 +147,6 @@ def ranks(count: int) -> str:
 
 
 def _unique_rules(names: List[str]):
-    from fsdp_lint.rules import ALL_RULES, lookup
-
     if not names:
         return list(ALL_RULES)
     chosen = []
@@ -195,12 +162,7 @@ def _raise_interrupt(signum, _frame):
 
 
 def run_verify(argv) -> int:
-    from fsdp_lint.rules import UnknownRuleError
-    from fsdp_lint.verify.program.options import wants_program
-
     if wants_program(list(argv)):  # `verify --program train.py` / `verify -m pkg.mod`: the user's own job
-        from fsdp_lint.verify.program.command import run_program
-
         return run_program(list(argv))
     args = _parser().parse_args(argv)
     try:
@@ -224,8 +186,6 @@ def run_verify(argv) -> int:
 
     source = None
     if args.record:
-        from fsdp_lint.verify import records
-
         source = records.source_state()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     runs = []

@@ -19,6 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from fsdp_lint.rules import ALL_RULES, lookup
+from fsdp_lint.scenarios.registry import scenario_for
+from fsdp_lint.verify.command import INSTALL_HINT, prepare
+from fsdp_lint.verify.launcher import probe
+
 
 def _run(program: Path, log_dir: Path, device: str, nproc: int, timeout: float) -> Tuple[int, Optional[dict], str]:
     command = [sys.executable, "-m", "fsdp_lint", "verify", "--program", str(program), "--src", str(program),
@@ -62,18 +67,17 @@ def _fixed_cell(code: str, report: Optional[dict]) -> Tuple[bool, str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from fsdp_lint.rules import ALL_RULES, lookup
-    from fsdp_lint.scenarios.registry import scenario_for
-    from fsdp_lint.verify.command import prepare
-
     parser = argparse.ArgumentParser(prog="python -m fsdp_lint.verify.program.table")
     parser.add_argument("codes", nargs="*")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--log-dir", default=None)
     args = parser.parse_args(argv)
-    import torch
-
+    torch_info, problem = probe(sys.executable, tempfile.gettempdir())  # this interpreter's torch
+    if torch_info is None:
+        print(f"{problem}; {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    version = torch_info["version"]
     root = Path(args.log_dir or tempfile.mkdtemp(prefix="fsdp-lint-program-table-")).resolve()
     rules = [lookup(c) for c in args.codes] if args.codes else list(ALL_RULES)
     rows = ["| rule | torch | device | flagged program | fixed program | result |",
@@ -81,13 +85,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     failed = 0
     for rule in rules:
         scenario = scenario_for(rule.code, args.device)
-        why = scenario.cannot_run(args.device, args.nproc, torch.__version__) if scenario else "no scenario"
+        why = scenario.cannot_run(args.device, args.nproc, version) if scenario else "no scenario"
         if why:
-            rows.append(f"| {rule.code} | {torch.__version__} | {args.device} | - | - | SKIPPED ({why}) |")
+            rows.append(f"| {rule.code} | {version} | {args.device} | - | - | SKIPPED ({why}) |")
             continue
         flagged, fixed, problem = prepare(rule, scenario, root / rule.code)
         if problem:
-            rows.append(f"| {rule.code} | {torch.__version__} | {args.device} | - | - | ERROR ({problem}) |")
+            rows.append(f"| {rule.code} | {version} | {args.device} | - | - | ERROR ({problem}) |")
             failed += 1
             continue
         timeout = max(scenario.timeout, 45.0)
@@ -98,7 +102,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # RAN CLEAN: the hazard does not show on this torch/device (said plainly, not a failure)
         result = {"CONFIRMED": "PASS", "RAN CLEAN": "RAN CLEAN"}.get(state, "FAIL") if ok2 else "FAIL"
         failed += result == "FAIL"
-        rows.append(f"| {rule.code} | {torch.__version__} | {args.device}, {args.nproc} ranks | "
+        rows.append(f"| {rule.code} | {version} | {args.device}, {args.nproc} ranks | "
                     f"{cell1.replace('|', '/')} | {cell2.replace('|', '/')} | {result} |")
         print(rows[-1], file=sys.stderr, flush=True)
     print("\n".join(rows))
