@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import fsdp_lint
-from fsdp_lint.verify.launcher import failure_line
+from fsdp_lint.verify.logs import failure_line
 
 FORMAT = "fsdp-lint-verify-record/1"
 PACKAGE = Path(fsdp_lint.__file__).resolve().parent
