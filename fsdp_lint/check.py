@@ -7,15 +7,17 @@ Only the main process writes files; worker processes lint and fix in memory.
 
 from __future__ import annotations
 
+import concurrent.futures  # its ProcessPoolExecutor loads on first use: only runs with a pool pay for it
 import difflib
+import multiprocessing
 import os
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Type
 
+from fsdp_lint import lazy_libcst
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder, version_tuple
-
 from fsdp_lint.diagnostics import Diagnostic
 from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, ast_confirms, error_diagnostic, lint_text, wanted_rules
 from fsdp_lint.fixer import fix_text
@@ -206,7 +208,7 @@ def _init_worker(settings: Settings) -> None:
     global _WORKER_SETTINGS
     worker_signals()
     _WORKER_SETTINGS = settings
-    import libcst  # noqa: F401 - imported while the parent is still reading files
+    lazy_libcst.load()  # while the parent is still reading files
 
 
 def _worker(source: SourceFile) -> FileReport:
@@ -214,11 +216,10 @@ def _worker(source: SourceFile) -> FileReport:
 
 
 def _pool(workers: int, settings: Settings):
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(settings,))
+    return concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_init_worker, initargs=(settings,)
+    )
 
 
 def _submit(pool, source: SourceFile):
@@ -255,12 +256,10 @@ def _crashed(source: SourceFile) -> FileReport:
 def _collect(submitted, settings: Settings, reports: List[FileReport], retry: List[SourceFile]) -> None:
     """Wait for one worker's answer, write its fixes, keep its report (or the file for a
     retry when the pool broke)."""
-    from concurrent.futures.process import BrokenProcessPool
-
     source, future = submitted
     try:
         report = future.result()
-    except BrokenProcessPool:
+    except concurrent.futures.BrokenExecutor:  # the pool's BrokenProcessPool: a worker died
         retry.append(source)
         return
     write_fixes(source, report, settings)
@@ -275,8 +274,6 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
     so the file that crashes is named in an FSD901 diagnostic and every other file still
     gets its answer.  An interruption (``Interrupted``, any exception) stops the workers at
     once and propagates."""
-    from concurrent.futures.process import BrokenProcessPool
-
     reports: List[FileReport] = []
     pending: List[SourceFile] = []
     pool = None
@@ -311,7 +308,7 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
             try:
                 report = _submit(single, source).result()
                 write_fixes(source, report, settings)
-            except BrokenProcessPool:
+            except concurrent.futures.BrokenExecutor:
                 report = _crashed(source)
             reports.append(report)
             single.shutdown()

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from fsdp_lint.rules import UnknownRuleError, matching
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -71,8 +73,6 @@ def _fail(path: str, key: str, what: str) -> ConfigError:
 
 
 def _validate_selectors(path: str, key: str, values) -> List[str]:
-    from fsdp_lint.rules import UnknownRuleError, matching
-
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise _fail(path, key, "must be a list of strings (rule codes, prefixes or names)")
     for value in values:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import List, Optional
 
+from fsdp_lint.rules import ALL_RULES
 from fsdp_lint.scenarios.registry import forms, variants
 from fsdp_lint.verify.records import form_of, load
 from fsdp_lint.verify.scenario import installed_versions, label, spec_matches, version_tuple
@@ -149,8 +151,6 @@ def render_rule(rule, records: Optional[List[dict]] = None) -> str:
 
 def installed_torch() -> Optional[str]:
     """The installed torch's version from its package metadata (torch is not imported)."""
-    from importlib import metadata
-
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
@@ -210,7 +210,7 @@ def on_your_frameworks(rule, installed: Optional[dict] = None) -> str:
         for name, spec in item["packages"].items():
             have = item["installed"][name]
             if have is None:
-                state = f"not installed (`pip install 'fsdp-lint[verify-frameworks]'`); verify skips it"
+                state = "not installed (`pip install 'fsdp-lint[verify-frameworks]'`); verify skips it"
             elif spec_matches(have, spec):
                 state = f"installed: {name} {have}"
             else:
@@ -281,8 +281,6 @@ def _column(record: dict) -> str:
 
 
 def render_verification(records: Optional[List[dict]] = None) -> str:
-    from fsdp_lint.rules import ALL_RULES
-
     records = load() if records is None else records
     parts = [INTRO, "## Verdicts by run\n"]
     heads = [_column(r) for r in records]
@@ -354,8 +352,6 @@ def render_program_records(records: List[dict]) -> str:
 
 
 def write_docs(folder: Path) -> List[Path]:
-    from fsdp_lint.rules import ALL_RULES
-
     records = load()
     written = []
     (folder / "rules").mkdir(parents=True, exist_ok=True)

@@ -11,15 +11,23 @@ Fixes are turned into minimal text edits here; applying them is ``fixer``'s job.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import traceback
+import types
+import warnings
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Type
 
+from fsdp_lint.lazy_libcst import cst
+
 from fsdp_lint.diagnostics import Diagnostic, Edit, Fix, Location
+from fsdp_lint.facts.index import index_module
 from fsdp_lint.noqa import Suppressions
+from fsdp_lint.positions import Positions
 from fsdp_lint.rules.base import Reporter, Rule
+from fsdp_lint.slicing import MAX_SHARE, MIN_CHARS, slice_text
 from fsdp_lint.source import line_starts
 
 SYNTAX_ERROR = ("FSD900", "syntax-error")
@@ -58,9 +66,6 @@ def ast_confirms(text: str, rules: Sequence[Type[Rule]]) -> bool:
     are searched; measured faster than ``ast.parse`` alone.  Where CPython cannot compile
     the file (newer syntax, invalid code), the answer is yes: libcst decides, never at a
     finding's price."""
-    import types
-    import warnings
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -94,9 +99,6 @@ def _too_deeply_nested(text: str) -> bool:
             deepest = depth
     if deepest <= MAX_NESTING:
         return False
-    import ast
-    import warnings
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -111,8 +113,6 @@ def _too_deeply_nested(text: str) -> bool:
 
 
 def _parse(text: str, filename: str, parser=None):
-    import libcst as cst  # imported only when a file gets this far
-
     if _too_deeply_nested(text):
         return None, error_diagnostic(
             SYNTAX_ERROR,
@@ -142,9 +142,7 @@ def _code(module, node, indent: str) -> str:
     """``node``'s code as it stands in the file: continuation lines of a multi-line call
     carry the indentation of the block the statement is in (``code_for_node`` alone
     renders them as if at module level)."""
-    from libcst._nodes.internal import CodegenState
-
-    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    state = cst._nodes.internal.CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
     if indent:
         state.indent_tokens.append(indent)
     node._codegen(state)
@@ -215,8 +213,6 @@ def _slice_from() -> Optional[int]:
     if _SLICE_MODE == "all":
         return 0
     if _SLICE_MODE == "on":
-        from fsdp_lint.slicing import MIN_CHARS
-
         return MIN_CHARS
     return None
 
@@ -239,8 +235,6 @@ def lint_text_sliced(
         return result
     piece = None
     if slice_from is not None and len(text) >= slice_from:
-        from fsdp_lint.slicing import MAX_SHARE, slice_text
-
         piece = slice_text(text, active, slice_from, 1.0 if slice_from == 0 else MAX_SHARE)
     module, error = _parse(text if piece is None else piece.text, filename, parser)
     if error is not None and piece is not None:
@@ -250,9 +244,6 @@ def lint_text_sliced(
         result.diagnostics.append(error)
         return result
     result.parsed = True
-    from fsdp_lint.facts.index import index_module
-    from fsdp_lint.positions import Positions
-
     try:
         facts = index_module(module)
     except RecursionError:
@@ -283,8 +274,6 @@ def lint_text_sliced(
         owners.extend([rule] * (len(reporter.findings) - before))
     if not reporter.findings:
         return result
-    import libcst as cst  # already loaded by the parse
-
     suppressions = Suppressions(text)
     for rule, (node, message, proposal, statement) in zip(owners, reporter.findings):
         rng = positions(node)

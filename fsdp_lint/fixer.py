@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import List, Sequence, Tuple, Type
 
+from fsdp_lint.lazy_libcst import cst
+
 from fsdp_lint.diagnostics import SAFE, Diagnostic, Edit
 from fsdp_lint.engine import INTERNAL_ERROR, LintResult, error_diagnostic, lint_text
 from fsdp_lint.rules.base import Rule
@@ -63,8 +65,6 @@ def _non_overlapping(diagnostics: Sequence[Diagnostic], unsafe: bool) -> Tuple[L
 
 
 def _parses(text: str) -> bool:
-    import libcst as cst
-
     try:
         cst.parse_module(text)
     except Exception:  # noqa: BLE001

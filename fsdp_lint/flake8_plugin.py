@@ -16,6 +16,9 @@ import os
 from typing import Iterator, List, Tuple
 
 from fsdp_lint import __version__
+from fsdp_lint.check import Settings
+from fsdp_lint.config import ConfigError
+from fsdp_lint.engine import lint_text
 
 SKIPPED_CODES = frozenset({"FSD900", "FSD902"})  # flake8 reports syntax/decoding errors itself
 _SETTINGS = None  # one per process: each pyproject.toml is read once, not once per file
@@ -24,8 +27,6 @@ _SETTINGS = None  # one per process: each pyproject.toml is read once, not once 
 def _settings():
     global _SETTINGS
     if _SETTINGS is None:
-        from fsdp_lint.check import Settings
-
         _SETTINGS = Settings()
     return _SETTINGS
 
@@ -45,9 +46,6 @@ class Flake8Plugin:
         return self.filename
 
     def run(self) -> Iterator[Tuple[int, int, str, type]]:
-        from fsdp_lint.config import ConfigError
-        from fsdp_lint.engine import lint_text
-
         try:
             rules = _settings().rules_for(self._path())
         except ConfigError as exc:

@@ -23,3 +23,9 @@ class _LazyLibcst(types.ModuleType):
 
 
 cst = _LazyLibcst("libcst")
+
+
+def load() -> None:
+    """Import libcst now rather than at the first parse (a worker process does, while the
+    parent is still reading files)."""
+    cst.Module  # noqa: B018 - the first attribute access imports libcst

@@ -15,26 +15,37 @@ from __future__ import annotations
 import bisect
 from typing import Dict, List, Tuple
 
-from libcst import Module
-from libcst._nodes.internal import CodegenState
-from libcst._position import CodePosition, CodeRange
+from fsdp_lint.lazy_libcst import cst
+from fsdp_lint.source import line_starts
+
+# The node types rules report and hoisted spans refer to, filled on first use
+# (``recorded_types``); other nodes are not recorded (a lookup in this set is cheaper than
+# recording 600,000 spans for 2,000 small files).
+_RECORDED: frozenset = frozenset()
+_STATE_CLASS = None  # ``_OffsetCounting`` over libcst's ``CodegenState``, made on first use
 
 
-def _recorded_types():
-    """The node types rules report and hoisted spans refer to; other nodes are not recorded
-    (a lookup in this set is cheaper than recording 600,000 spans for 2,000 small files)."""
-    import libcst as cst
+def recorded_types() -> frozenset:
+    """The node types whose spans the offset pass records (the statements, suites, calls,
+    decorators, ``else``/``finally``/``except`` clauses and the module)."""
+    global _RECORDED
+    if not _RECORDED:
+        types = {cst.Call, cst.Decorator, cst.Module, cst.Else, cst.Finally, cst.ExceptHandler}
+        bases = (cst.BaseStatement, cst.BaseSmallStatement, cst.BaseSuite)
+        for name in dir(cst):
+            value = getattr(cst, name)
+            if isinstance(value, type) and issubclass(value, bases):
+                types.add(value)
+        _RECORDED = frozenset(types)
+    return _RECORDED
 
-    types = {cst.Call, cst.Decorator, cst.Module, cst.Else, cst.Finally, cst.ExceptHandler}
-    for name in dir(cst):
-        value = getattr(cst, name)
-        if isinstance(value, type) and issubclass(value, (cst.BaseStatement, cst.BaseSmallStatement, cst.BaseSuite)):
-            types.add(value)
-    return frozenset(types)
 
+class _OffsetCounting:
+    """What the offset pass changes in libcst's ``CodegenState``: characters are counted, not
+    kept, and the recorded nodes' spans are noted.  ``_offset_state`` puts it in front of
+    ``CodegenState`` on first use, so that importing this module does not import libcst."""
 
-class _OffsetState(CodegenState):
-    def __init__(self, module: Module):
+    def __init__(self, module: cst.Module):
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
         self.offset = 0
         self.spans: Dict[int, Tuple[int, int]] = {}
@@ -61,13 +72,22 @@ class _OffsetState(CodegenState):
         return _Syntactic(self, node, start_node, end_node)
 
 
+def _offset_state(module: cst.Module) -> _OffsetCounting:
+    """A fresh code-generation state for ``module`` that counts offsets."""
+    global _STATE_CLASS
+    if _STATE_CLASS is None:
+        recorded_types()
+        _STATE_CLASS = type("_OffsetState", (_OffsetCounting, cst._nodes.internal.CodegenState), {})
+    return _STATE_CLASS(module)
+
+
 class _Syntactic:
     """The syntactic span of a node (a plain class: libcst enters one per parenthesizable
     expression, and a generator-based context manager costs three times as much)."""
 
     __slots__ = ("state", "node", "start_node", "end_node", "start")
 
-    def __init__(self, state: _OffsetState, node, start_node, end_node):
+    def __init__(self, state: _OffsetCounting, node, start_node, end_node):
         self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
 
     def __enter__(self) -> None:
@@ -83,8 +103,6 @@ class _Syntactic:
         spans[id(self.node)] = (start, end)
 
 
-_RECORDED = _recorded_types()
-
 # The last module's top-level statements: statement id -> (the statement, its length, the
 # spans of its nodes relative to its start).  The language server's incremental parse keeps
 # the unchanged statements' nodes from one keystroke to the next, so only the statements an
@@ -92,11 +110,11 @@ _RECORDED = _recorded_types()
 _LAST_STATEMENTS: Dict[int, Tuple[object, int, Dict[int, Tuple[int, int]]]] = {}
 
 
-def _module_spans(module: Module) -> Dict[int, Tuple[int, int]]:
+def _module_spans(module: cst.Module) -> Dict[int, Tuple[int, int]]:
     """Every recorded node's (start, end) offset: ``Module._codegen_impl`` statement by
     statement, reusing the statements of the previous call that are the very same nodes."""
     global _LAST_STATEMENTS
-    state = _OffsetState(module)
+    state = _offset_state(module)
     spans = state.spans
     state.before_codegen(module)
     for line in module.header:
@@ -105,7 +123,7 @@ def _module_spans(module: Module) -> Dict[int, Tuple[int, int]]:
     for statement in module.body:
         entry = _LAST_STATEMENTS.get(id(statement))
         if entry is None or entry[0] is not statement:
-            alone = _OffsetState(module)
+            alone = _offset_state(module)
             statement._codegen(alone)
             entry = (statement, alone.offset, alone.spans)
         kept[id(statement)] = entry
@@ -125,7 +143,7 @@ def _module_spans(module: Module) -> Dict[int, Tuple[int, int]]:
 class Positions:
     """``positions(node) -> CodeRange`` (1-based lines, 0-based columns, as libcst's)."""
 
-    def __init__(self, module: Module, line_starts: List[int], piece=None):
+    def __init__(self, module: cst.Module, line_starts: List[int], piece=None):
         """``piece``: the ``slicing.Slice`` that ``module`` was parsed from (None: the whole
         text); offsets in it are mapped to the file's, so rows and columns are the file's."""
         self._module = module
@@ -149,30 +167,27 @@ class Positions:
             return span
         return piece.to_original(span[0]), piece.to_original(span[1], end=True)
 
-    def __call__(self, node) -> CodeRange:
+    def __call__(self, node) -> cst.metadata.CodeRange:
         start, end = self.offsets(node)
-        return CodeRange(self.position(start), self.position(end))
+        return cst.metadata.CodeRange(self.position(start), self.position(end))
 
-    def position(self, offset: int) -> CodePosition:
+    def position(self, offset: int) -> cst.metadata.CodePosition:
         """The row (1-based) and column (0-based) of a character offset in the text."""
         row = bisect.bisect_right(self._line_starts, offset)
-        return CodePosition(row, offset - self._line_starts[row - 1])
+        return cst.metadata.CodePosition(row, offset - self._line_starts[row - 1])
 
-    def _offset(self, position: CodePosition) -> int:
+    def _offset(self, position: cst.metadata.CodePosition) -> int:
         """The offset of a position of the parsed text (the slice's, when there is one)."""
         starts = self._line_starts if self._piece is None else self._piece_starts()
         return starts[position.line - 1] + position.column
 
     def _piece_starts(self) -> List[int]:
-        from fsdp_lint.source import line_starts
-
         if getattr(self, "_piece_line_starts", None) is None:
             self._piece_line_starts = line_starts(self._piece.text)
         return self._piece_line_starts
 
     def _provider(self):
         if self._fallback is None:
-            from libcst.metadata import MetadataWrapper, PositionProvider
-
-            self._fallback = MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider)
+            wrapper = cst.MetadataWrapper(self._module, unsafe_skip_copy=True)
+            self._fallback = wrapper.resolve(cst.metadata.PositionProvider)
         return self._fallback

@@ -52,7 +52,6 @@ import bisect
 import re
 import unicodedata
 import warnings
-from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 # Files shorter than this are parsed whole: the ``ast`` pass would cost more than it saves.
@@ -80,18 +79,15 @@ _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _ODD_LINE_ENDS = re.compile("[\f\v\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
-@dataclass
 class Slice:
     """The kept lines as one text, and how its offsets map onto the file's."""
 
-    text: str
-    chunks: List[Tuple[int, int, int]]  # (start in slice, start in file, length), in order
-    kept_units: int = 0
-    units: int = 0
-    _starts: List[int] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
-        self._starts = [chunk[0] for chunk in self.chunks]
+    def __init__(self, text: str, chunks: List[Tuple[int, int, int]], kept_units: int = 0, units: int = 0) -> None:
+        self.text = text
+        self.chunks = chunks  # (start in slice, start in file, length), in order
+        self.kept_units = kept_units
+        self.units = units
+        self._starts = [chunk[0] for chunk in chunks]
 
     def to_original(self, offset: int, end: bool = False) -> int:
         """The file offset of a slice offset.  At a chunk boundary a start belongs to the
@@ -102,35 +98,38 @@ class Slice:
         return original + offset - start
 
 
-@dataclass
 class _Unit:
     """One top-level statement (statements sharing a line are one unit)."""
 
-    first: int  # 1-based line numbers, inclusive
-    last: int
-    nodes: List[ast.stmt]
-    names: Set[str] = field(default_factory=set)  # identifiers used (decorators left out)
-    attributes: Set[str] = field(default_factory=set)  # identifiers after a dot (``x.summon_full_params``)
-    defines: Set[str] = field(default_factory=set)  # bound at module scope (imports left out)
-    imported: Set[str] = field(default_factory=set)  # bound by an import, at any depth
-    binds_any: Set[str] = field(default_factory=set)  # every dotted name bound or def'd, any depth
-    uses_any: Set[str] = field(default_factory=set)  # every dotted name read (with its prefixes)
-    decorator_names: Set[str] = field(default_factory=set)  # identifiers in decorators
-    modules: Set[str] = field(default_factory=set)  # modules imported, at any depth
-    occurrences: Dict[Tuple[str, str], int] = field(default_factory=dict)  # (dotted, kind) -> count
-    vocabulary_aliases: Set[str] = field(default_factory=set)  # names an import binds to an API name
-    torch_imported: Set[str] = field(default_factory=set)  # names an import from torch binds (``*``: all)
-    top_import: bool = False
-    parent: Optional[int] = None  # a class member: the index of its class's header unit
-    header: Optional[ast.ClassDef] = None  # a class header (``class X(Base):``): its class
-    members: List[int] = field(default_factory=list)  # a class header: its members' units
-    methods: Set[str] = field(default_factory=set)  # a class member: the methods it defines
-    assignments: List[Tuple[Tuple[str, ...], int, int]] = field(default_factory=list)  # targets, lines
-    functions: List[Tuple[str, int, int]] = field(default_factory=list)  # every def: name, lines
-    returns: List[Tuple[int, int]] = field(default_factory=list)  # ``return <value>``: lines
-    referenced: Set[str] = field(default_factory=set)  # read other than as the callee of a call
-    params: Set[str] = field(default_factory=set)  # parameter names, any depth
-    assigned: Set[str] = field(default_factory=set)  # plain names bound by ``=`` and the like, any depth
+    def __init__(
+        self, first: int, last: int, nodes: List[ast.stmt], parent: Optional[int] = None,
+        header: Optional[ast.ClassDef] = None,
+    ) -> None:
+        self.first = first  # 1-based line numbers, inclusive
+        self.last = last
+        self.nodes = nodes
+        self.names: Set[str] = set()  # identifiers used (decorators left out)
+        self.attributes: Set[str] = set()  # identifiers after a dot (``x.summon_full_params``)
+        self.defines: Set[str] = set()  # bound at module scope (imports left out)
+        self.imported: Set[str] = set()  # bound by an import, at any depth
+        self.binds_any: Set[str] = set()  # every dotted name bound or def'd, any depth
+        self.uses_any: Set[str] = set()  # every dotted name read (with its prefixes)
+        self.decorator_names: Set[str] = set()  # identifiers in decorators
+        self.modules: Set[str] = set()  # modules imported, at any depth
+        self.occurrences: Dict[Tuple[str, str], int] = {}  # (dotted, kind) -> count
+        self.vocabulary_aliases: Set[str] = set()  # names an import binds to an API name
+        self.torch_imported: Set[str] = set()  # names an import from torch binds (``*``: all)
+        self.top_import = False
+        self.parent = parent  # a class member: the index of its class's header unit
+        self.header = header  # a class header (``class X(Base):``): its class
+        self.members: List[int] = []  # a class header: its members' units
+        self.methods: Set[str] = set()  # a class member: the methods it defines
+        self.assignments: List[Tuple[Tuple[str, ...], int, int]] = []  # targets, lines
+        self.functions: List[Tuple[str, int, int]] = []  # every def: name, lines
+        self.returns: List[Tuple[int, int]] = []  # ``return <value>``: lines
+        self.referenced: Set[str] = set()  # read other than as the callee of a call
+        self.params: Set[str] = set()  # parameter names, any depth
+        self.assigned: Set[str] = set()  # plain names bound by ``=`` and the like, any depth
 
     @property
     def size(self) -> int:

@@ -1,7 +1,8 @@
 """Verdict logic on synthetic outcomes (no processes)."""
 
 from fsdp_lint.verify import judge as j
-from fsdp_lint.verify.launcher import ProgramOutcome, RankOutcome, failure_line
+from fsdp_lint.verify.launcher import ProgramOutcome, RankOutcome
+from fsdp_lint.verify.logs import failure_line
 from fsdp_lint.verify.scenario import Scenario
 
 

@@ -1,6 +1,7 @@
 """The package's layering (ARCHITECTURE.md): a module imports only modules of its own or a
 lower layer, wherever the import statement stands.  Breaking it (a rule importing the
-verifier, facts importing a rule, the engine importing the command line) fails here."""
+verifier, facts importing a rule, the engine importing the command line) fails here, and
+so do an import cycle and an import inside a function that ``LAZY_IMPORTS`` does not name."""
 
 import ast
 from pathlib import Path
@@ -65,13 +66,119 @@ def test_rules_and_facts_never_reach_the_verifier_or_the_command():
                                           "fsdp_lint.check", "fsdp_lint.cli")), f"{path.name}:{line} imports {target}"
 
 
-def test_facts_and_rules_have_no_function_level_imports():
-    """Facts and rules import at module level (libcst through ``fsdp_lint.lazy_libcst``)."""
-    for path in list((PACKAGE / "rules").glob("*.py")) + list((PACKAGE / "facts").glob("*.py")):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for inner in ast.walk(node):
-                    assert not isinstance(inner, (ast.Import, ast.ImportFrom)), (
-                        f"{path.name}:{inner.lineno} imports inside {node.name}()"
-                    )
+# The only imports that stand inside a function, each with its reason: (file under
+# fsdp_lint/, function) -> the modules it may import there.  Anything else is imported at
+# module level; a module that needs an optional dependency is imported only by the command
+# that uses it (server/, verify/program/observe.py) or catches its absence at module level.
+LAZY_IMPORTS = {
+    # libcst costs about 0.3 s to import and most runs parse nothing (a clean file, `rules`,
+    # files the markers or the ast stage settle): every module takes it as
+    # `from fsdp_lint.lazy_libcst import cst`, loaded at the first attribute access.
+    ("lazy_libcst.py", "_LazyLibcst.__getattr__"): {"libcst"},
+    # One import per command, of the command's own module: `--version` loads none of the
+    # linter, `check` neither the rule pages (package metadata), the verifier nor the
+    # language server, whose pygls is an optional extra.
+    ("cli/__init__.py", "main"): {
+        "fsdp_lint.cli.check", "fsdp_lint.cli.rule", "fsdp_lint.cli.rules", "fsdp_lint.server",
+        "fsdp_lint.verify.command",
+    },
+    # Not deferred: runs once, when fsdp_lint.rules is imported, and imports every rule module
+    # it finds (the registry is the rule files present).
+    ("rules/__init__.py", "_discover"): {"importlib.import_module()"},
+}
+# Scenario programs are what torchrun runs, written as users write them: torch may be
+# imported inside their functions, nothing else.
+SCENARIO_PROGRAM_MAY_IMPORT = ("torch",)
+
+
+def _function_level_imports(path: Path):
+    """(function, module, line) for every import inside a function, ``importlib.import_module``
+    and ``__import__`` calls included.  The function is the innermost one, qualified by its
+    enclosing classes and functions."""
+    found = []
+
+    def visit(node, scope, in_function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, scope + [child.name], in_function or not isinstance(child, ast.ClassDef))
+                continue
+            if in_function:
+                where = ".".join(scope)
+                if isinstance(child, ast.Import):
+                    found.extend((where, alias.name, child.lineno) for alias in child.names)
+                elif isinstance(child, ast.ImportFrom):
+                    found.append((where, "." * child.level + (child.module or ""), child.lineno))
+                elif isinstance(child, ast.Call):
+                    name = ast.unparse(child.func)
+                    if name in ("importlib.import_module", "import_module", "__import__", "importlib.__import__"):
+                        found.append((where, f"{name}()", child.lineno))
+            visit(child, scope, in_function)
+
+    visit(ast.parse(path.read_text()), [], False)
+    return found
+
+
+ALL_FILES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: _module(p))
+def test_imports_stand_at_module_level(path):
+    """Imports stand at the top of the module (ARCHITECTURE.md), but for ``LAZY_IMPORTS``."""
+    name = path.relative_to(PACKAGE).as_posix()
+    program = path.parent.name == "scenarios" and path.name not in ("registry.py", "__init__.py")
+    for function, module, line in _function_level_imports(path):
+        if program and module.split(".")[0] in SCENARIO_PROGRAM_MAY_IMPORT:
+            continue
+        assert module in LAZY_IMPORTS.get((name, function), ()), (
+            f"{name}:{line} imports {module} inside {function}(): import it at module level, or name it "
+            "in LAZY_IMPORTS with the reason it cannot be"
+        )
+
+
+def test_lazy_imports_name_imports_that_exist():
+    """An entry of ``LAZY_IMPORTS`` that no longer matches anything is removed, not kept."""
+    present = {
+        (path.relative_to(PACKAGE).as_posix(), function, module)
+        for path in ALL_FILES
+        for function, module, _ in _function_level_imports(path)
+    }
+    for (name, function), modules in LAZY_IMPORTS.items():
+        for module in modules:
+            assert (name, function, module) in present, f"LAZY_IMPORTS names {module} in {name} {function}()"
+
+
+def _graph():
+    """Which package module imports which (anywhere in the module); ``from package import
+    submodule`` is an import of the submodule."""
+    modules = {_module(path): path for path in ALL_FILES}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    dotted = f"{node.module}.{alias.name}"
+                    targets.add(dotted if dotted in modules else node.module)
+        graph[name] = sorted(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def test_no_import_cycle():
+    graph = _graph()
+    done, path = set(), []
+
+    def visit(name):
+        if name in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(name):] + [name]))
+        if name in done:
+            return
+        path.append(name)
+        for target in graph[name]:
+            visit(target)
+        path.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)

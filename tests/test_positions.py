@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from fsdp_lint.positions import _RECORDED, Positions
+from fsdp_lint.positions import Positions, recorded_types
 from fsdp_lint.source import line_starts
 
 FILES = sorted((Path(__file__).resolve().parent.parent / "fixtures").rglob("*.py"))
@@ -22,7 +22,7 @@ def test_positions_match_libcst(path):
     positions = Positions(module, line_starts(text))
     checked = 0
     for node, rng in expected.items():
-        if type(node) in _RECORDED and not isinstance(node, cst.Module):
+        if type(node) in recorded_types() and not isinstance(node, cst.Module):
             assert positions(node) == rng, type(node).__name__
             checked += 1
     assert checked
@@ -40,7 +40,7 @@ def test_fallback_to_libcsts_provider_when_the_codegen_pass_breaks(monkeypatch):
     text = path.read_text()
     module = cst.parse_module(text)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    monkeypatch.setattr(positions_module, "_OffsetState", broken)
+    monkeypatch.setattr(positions_module, "_offset_state", broken)
     positions = Positions(module, line_starts(text))
     calls = [node for node in expected if isinstance(node, cst.Call)]
     assert calls and all(positions(node) == expected[node] for node in calls)

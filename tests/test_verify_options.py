@@ -1,6 +1,7 @@
 """``fsdp-lint verify`` options that are decided before anything runs (no torch needed)."""
 
-from fsdp_lint.verify.launcher import Topology, failure_line, is_warning_line
+from fsdp_lint.verify.launcher import Topology
+from fsdp_lint.verify.logs import failure_line, is_warning_line
 
 
 def test_one_node_is_standalone():

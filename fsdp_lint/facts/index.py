@@ -6,8 +6,7 @@ Rules never traverse the tree themselves; they query the ``ModuleFacts`` built h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -33,8 +32,7 @@ STEP_ATTRS = frozenset({"backward", "step"})
 MUTATING_CALLS = frozenset({"load_state_dict", "setattr", "delattr", "register_parameter"})
 
 
-@dataclass(frozen=True)
-class _Frame:
+class _Frame(NamedTuple):
     function: Optional[cst.FunctionDef]
     class_def: Optional[cst.ClassDef]
     loops: Tuple[Loop, ...] = ()
@@ -142,7 +140,7 @@ class _Indexer:
         )
 
     def _update(self, **changes) -> None:
-        self.frames[-1] = replace(self.frames[-1], **changes)
+        self.frames[-1] = self.frames[-1]._replace(**changes)
 
     def _enter_statement(self, node: cst.CSTNode, stack: List[object]) -> None:
         """Make ``node`` the current statement until its children are done."""

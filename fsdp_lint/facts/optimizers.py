@@ -198,12 +198,12 @@ def _mentions(node: cst.CSTNode, name: str) -> bool:
     return False
 
 
-def used_after(facts: ModuleFacts, name: str, function, order: int) -> Optional[cst.CSTNode]:
-    """A use of ``name`` after ``order`` in ``function`` (``name.step()``, ``f(name)``,
+def used_after(facts: ModuleFacts, name: str, function, order: int) -> bool:
+    """Whether ``name`` is used after ``order`` in ``function`` (``name.step()``, ``f(name)``,
     ``return model, name``, ``self.opt = name``).  An attribute (``self.optimizer``)
     outlives the function: it is used later by whoever holds the object."""
     if "." in name:
-        return facts.module
+        return True
     rebinds = [b.order for b in facts.bindings if b.target == name and b.ctx.function is function and b.order > order]
     until = min(rebinds, default=None)  # a new value bound to the name ends the old one's life
 
@@ -217,11 +217,11 @@ def used_after(facts: ModuleFacts, name: str, function, order: int) -> Optional[
             continue
         callee = dotted_name(site.node.func) or ""
         if callee.startswith(name + ".") or any(dotted_name(a.value) == name for a in site.node.args):
-            return site.node
+            return True
     for ret in facts.returns:
         if ret.value is not None and live(ret.ctx, ret.order) and _mentions(ret.value, name):
-            return ret.value
+            return True
     for binding in facts.bindings:
         if binding.target != name and live(binding.ctx, binding.order) and _mentions(binding.value, name):
-            return binding.value
-    return None
+            return True
+    return False

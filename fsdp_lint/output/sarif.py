@@ -9,6 +9,8 @@ from typing import List
 
 from fsdp_lint import __version__
 from fsdp_lint.diagnostics import Diagnostic
+from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, SYNTAX_ERROR
+from fsdp_lint.rules import ALL_RULES
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -18,9 +20,6 @@ def _uri(path: str) -> str:
 
 
 def _rules():
-    from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, SYNTAX_ERROR
-    from fsdp_lint.rules import ALL_RULES
-
     rules = [
         {
             "id": rule.code,

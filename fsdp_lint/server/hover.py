@@ -9,6 +9,8 @@ from typing import Optional
 
 from lsprotocol import types
 
+from fsdp_lint.docs import render_for_user
+from fsdp_lint.rules import BY_CODE
 from fsdp_lint.server.actions import span
 from fsdp_lint.server.linting import DocumentLint
 from fsdp_lint.server.lsp_diagnostics import lsp_range
@@ -17,9 +19,6 @@ from fsdp_lint.server.text_index import TextIndex
 
 @lru_cache(maxsize=None)
 def rule_page(code: str) -> Optional[str]:
-    from fsdp_lint.docs import render_for_user
-    from fsdp_lint.rules import BY_CODE
-
     rule = BY_CODE.get(code)
     return render_for_user(rule) if rule is not None else None
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import List, Optional
 
+from fsdp_lint.lazy_libcst import cst
+
 
 def _common_prefix(a: str, b: str) -> int:
     limit = min(len(a), len(b))
@@ -65,8 +67,6 @@ class ParseCache:
 
     def parse(self, text: str):
         """The module of ``text``, as ``libcst.parse_module`` gives it (and raising what it raises)."""
-        import libcst as cst
-
         module = None
         if self.module is not None:
             try:
@@ -100,8 +100,6 @@ class ParseCache:
         self.starts, self.end = starts, offset
 
     def _splice(self, text: str):
-        import libcst as cst
-
         old, module, starts = self.text, self.module, self.starts
         if not starts:
             return None

@@ -19,6 +19,7 @@ from typing import Any, List, Optional, Tuple
 
 from fsdp_lint.check import Overrides, Settings
 from fsdp_lint.config import ConfigFinder
+from fsdp_lint.rules import UnknownRuleError, matching
 
 DEFAULT_DEBOUNCE_MS = 100
 SECTION_KEYS = ("fsdp-lint", "fsdpLint", "fsdp_lint")
@@ -26,23 +27,18 @@ SECTION_KEYS = ("fsdp-lint", "fsdpLint", "fsdp_lint")
 
 @dataclass
 class ClientSettings:
-    select: Optional[List[str]] = None
-    extend_select: List[str] = field(default_factory=list)
-    ignore: List[str] = field(default_factory=list)
-    unsafe_fixes: Optional[bool] = None
+    # select, extendSelect, ignore, unsafeFixes: the command line's options, in the same shape
+    overrides: Overrides = field(default_factory=Overrides)
     configuration: Optional[str] = None
     debounce_ms: int = DEFAULT_DEBOUNCE_MS
 
     def lint_settings(self) -> Settings:
         """Fresh settings: a new ``ConfigFinder`` reads every ``pyproject.toml`` again.
         Raises ``ConfigError`` for an invalid explicit configuration file."""
-        overrides = Overrides(self.select, list(self.extend_select), list(self.ignore), self.unsafe_fixes)
-        return Settings(finder=ConfigFinder(self.configuration), overrides=overrides)
+        return Settings(finder=ConfigFinder(self.configuration), overrides=self.overrides)
 
 
 def _selectors(raw: Any, key: str, problems: List[str]) -> Optional[List[str]]:
-    from fsdp_lint.rules import UnknownRuleError, matching
-
     if raw is None:
         return None
     if isinstance(raw, str):
@@ -71,14 +67,15 @@ def parse_client_settings(raw: Any) -> Tuple[ClientSettings, List[str]]:
         if isinstance(raw.get(key), dict):
             raw = raw[key]
             break
+    overrides = settings.overrides
     select = _selectors(raw.get("select"), "select", problems)
-    settings.select = select if select else None
-    settings.extend_select = _selectors(raw.get("extendSelect"), "extendSelect", problems) or []
-    settings.ignore = _selectors(raw.get("ignore"), "ignore", problems) or []
+    overrides.select = select if select else None
+    overrides.extend_select = _selectors(raw.get("extendSelect"), "extendSelect", problems) or []
+    overrides.ignore = _selectors(raw.get("ignore"), "ignore", problems) or []
     unsafe = raw.get("unsafeFixes")
     if unsafe is not None:
         if isinstance(unsafe, bool):
-            settings.unsafe_fixes = unsafe
+            overrides.unsafe_fixes = unsafe
         else:
             problems.append("unsafeFixes: must be true or false")
     configuration = raw.get("configuration")

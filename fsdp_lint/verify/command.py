@@ -6,43 +6,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
+from fsdp_lint.engine import lint_text
+from fsdp_lint.fixer import fix_text
+from fsdp_lint.rules import ALL_RULES, UnknownRuleError, lookup
 from fsdp_lint.scenarios.registry import forms, scenarios_for, variants
+from fsdp_lint.verify import records
 from fsdp_lint.verify.judge import ERROR, SKIPPED, Judgement, judge, summarize
-from fsdp_lint.verify.launcher import Topology, child_env
+from fsdp_lint.verify.launcher import Topology, launch, probe
+from fsdp_lint.verify.program.command import run_program
+from fsdp_lint.verify.program.options import wants_program
 from fsdp_lint.verify.scenario import label
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 INSTALL_HINT = "install it with: pip install 'fsdp-lint[verify]' (or pip install torch)"
 PLAIN_FORM = "torch"  # how --form names the plain torch form (form "" in the registry)
-
-# Run by each interpreter: its torch, and the versions of the distributions named in argv
-# (the scenarios' ``packages``) from package metadata, without importing anything of fsdp-lint.
-PROBE = """\
-import json, platform, sys
-from importlib import metadata
-import torch
-def installed(name):
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-names = []
-if torch.cuda.is_available():
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-print(json.dumps({
-    "version": torch.__version__, "cuda": torch.version.cuda,
-    "git_version": getattr(torch.version, "git_version", None), "debug": bool(torch.version.debug),
-    "device_names": names, "cuda_devices": len(names), "python": platform.python_version(),
-    "packages": {name: installed(name) for name in sys.argv[1:]},
-}))
-"""
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -94,28 +76,8 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def probe(python: str, scratch: str, packages: Sequence[str] = ()) -> Tuple[Optional[dict], Optional[str]]:
-    """(what the interpreter's torch says about itself and which version of each of
-    ``packages`` it has, or why it cannot say)."""
-    try:
-        done = subprocess.run(
-            [python, "-c", PROBE, *packages], capture_output=True, text=True, timeout=300,
-            env=child_env(python, scratch),
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"cannot run {python}: {exc}"
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return None, f"torch is not importable by {python} ({lines[-1].strip() if lines else done.returncode})"
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]), None
-
-
 def prepare(rule, scenario, workdir: Path) -> Tuple[Optional[Path], Optional[Path], Optional[str]]:
     """Write the flagged and the fixed program; check the rule fires on one and not the other."""
-    from fsdp_lint.engine import lint_text
-    from fsdp_lint.fixer import fix_text
-
     flagged_text = (SCENARIOS / scenario.program).read_text()
     if not [d for d in lint_text(flagged_text, scenario.program, [rule]).diagnostics if d.code == rule.code]:
         return None, None, f"{rule.code} does not fire on its own scenario {scenario.program}"
@@ -165,8 +127,6 @@ class Run:
         return [(s, self.verify_form(rule, s)) for s in found if wanted is None or s.form in wanted]
 
     def verify_form(self, rule, scenario) -> Judgement:
-        from fsdp_lint.verify.launcher import launch
-
         args = self.args
         name = label(rule.code, scenario.form)
         why = scenario.cannot_run(
@@ -203,8 +163,6 @@ def ranks(count: int) -> str:
 
 
 def _unique_rules(names: List[str]):
-    from fsdp_lint.rules import ALL_RULES, lookup
-
     if not names:
         return list(ALL_RULES)
     chosen = []
@@ -229,12 +187,7 @@ def _unknown_forms(names: Optional[List[str]], rules) -> List[str]:
 
 
 def run_verify(argv) -> int:
-    from fsdp_lint.rules import UnknownRuleError
-    from fsdp_lint.verify.program.options import wants_program
-
     if wants_program(list(argv)):  # `verify --program train.py` / `verify -m pkg.mod`: the user's own job
-        from fsdp_lint.verify.program.command import run_program
-
         return run_program(list(argv))
     args = _parser().parse_args(argv)
     try:
@@ -269,8 +222,6 @@ def run_verify(argv) -> int:
 
     source = None
     if args.record:
-        from fsdp_lint.verify import records
-
         source = records.source_state()
     runs = []
     try:

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from fsdp_lint.verify.launcher import ProgramOutcome, is_warning_line
+from fsdp_lint.verify.launcher import ProgramOutcome
+from fsdp_lint.verify.logs import is_warning_line
 from fsdp_lint.verify.scenario import Scenario
 from fsdp_lint.verify.stacks import blocked_at
 

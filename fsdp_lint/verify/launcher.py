@@ -10,6 +10,9 @@ torchrun runs in a process group of its own.  At the timeout every local rank's 
 gets SIGUSR1 (its stack is dumped into its log), then the whole group SIGTERM, then
 SIGKILL, so a hung collective never outlives the verifier.  The same stop happens when the
 verifier itself is interrupted (Ctrl-C, SIGTERM): the exception goes on after the stop.
+
+``probe`` asks an interpreter what its torch is (version, build, CUDA devices) in a child
+process: the verifier's own process never imports torch.
 """
 
 from __future__ import annotations
@@ -22,40 +25,35 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from fsdp_lint.verify.logs import failure_line
 
 # NVLink multicast stays off: a program that uses it can take a shared host's GPUs down.
 SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 DUMP_MARK = "(most recent call first)"
 
-# The line that says why a rank failed: an exception, a fatal error.
-_FAILURE = re.compile(
-    r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b(:.*)?$|Fatal Python error:.*)"
-)
-# Lines that never explain a failure (Python warnings and their source lines, teardown notes).
-_NOISE = re.compile(
-    r"(\b\w*Warning\b|^\s*warnings\.warn\(|destroy_process_group\(\) was not called|^\s*File \"|"
-    r"^\s*\^+\s*$|^\s*~+\s*$)"
-)
-
-
-def is_warning_line(line: str) -> bool:
-    """A line of a Python warning: never evidence of a hazard on its own."""
-    return bool(re.search(r"\b\w*Warning\b(:|\s*\()", line)) or line.lstrip().startswith("warnings.warn(")
-
-
-def failure_line(text: str) -> str:
-    """The line of a log that says why the program failed: its last exception line, else
-    its last line that is not a warning or a teardown note."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if _FAILURE.match(line) and not is_warning_line(line):
-            return line
-    for line in reversed(lines):
-        if not _NOISE.search(line):
-            return line
-    return ""
-
+# Run by each interpreter: its torch, and the versions of the distributions named in argv
+# (the scenarios' ``packages``) from package metadata, without importing anything of fsdp-lint.
+PROBE = """\
+import json, platform, sys
+from importlib import metadata
+import torch
+def installed(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+names = []
+if torch.cuda.is_available():
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+print(json.dumps({
+    "version": torch.__version__, "cuda": torch.version.cuda,
+    "git_version": getattr(torch.version, "git_version", None), "debug": bool(torch.version.debug),
+    "device_names": names, "cuda_devices": len(names), "python": platform.python_version(),
+    "packages": {name: installed(name) for name in sys.argv[1:]},
+}))
+"""
 
 @dataclass
 class Topology:
@@ -179,6 +177,23 @@ def child_env(python: str, scratch: str, extra: Optional[Dict[str, str]] = None)
         )
     env.update(extra or {})
     return env
+
+
+def probe(python: str, scratch: str, packages: Sequence[str] = ()) -> Tuple[Optional[dict], Optional[str]]:
+    """(what the interpreter's torch says about itself and which version of each of
+    ``packages`` it has, or why it cannot say): the verifier's own process never imports torch."""
+    try:
+        done = subprocess.run(
+            [python, "-c", PROBE, *packages], capture_output=True, text=True, timeout=300,
+            env=child_env(python, scratch),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"cannot run {python}: {exc}"
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return None, f"torch is not importable by {python} ({lines[-1].strip() if lines else done.returncode})"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]), None
 
 
 def launch(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import fsdp_lint
+from fsdp_lint.verify.logs import failure_line
 
 FORMAT = "fsdp-lint-verify-record/1"
 PACKAGE = Path(fsdp_lint.__file__).resolve().parent
@@ -74,8 +75,6 @@ def git_state() -> Dict[str, Optional[object]]:
 
 
 def _rank_entry(rank) -> dict:
-    from fsdp_lint.verify.launcher import failure_line
-
     entry = {
         "rank": rank.rank,
         "returncode": rank.returncode,

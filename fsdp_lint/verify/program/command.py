@@ -11,7 +11,14 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from fsdp_lint.check import Settings, run_files
+from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, SYNTAX_ERROR
+from fsdp_lint.files import discover
+from fsdp_lint.verify.launcher import launch, probe
+from fsdp_lint.verify.program.evidence import collect
+from fsdp_lint.verify.program.join import join
 from fsdp_lint.verify.program.options import OptionsError, ProgramOptions, parse
+from fsdp_lint.verify.program.report import RunInfo, exit_status, render
 
 ENTRY = Path(__file__).resolve().parent / "_entry.py"
 INSTALL_HINT = "install it with: pip install 'fsdp-lint[verify]' (or pip install torch)"
@@ -51,10 +58,6 @@ def source_paths(opts: ProgramOptions) -> Tuple[List[str], Optional[str]]:
 
 def static_findings(paths: List[str]):
     """The check command's own findings for these paths (its config, its file discovery)."""
-    from fsdp_lint.check import Settings, run_files
-    from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, SYNTAX_ERROR
-    from fsdp_lint.files import discover
-
     found = discover(paths)
     reports = run_files(found.files, Settings())
     skipped = {INTERNAL_ERROR[0], IO_ERROR[0], SYNTAX_ERROR[0]}
@@ -65,20 +68,16 @@ def static_findings(paths: List[str]):
     return findings, problems, len(found.files)
 
 
-def _device(opts: ProgramOptions, torch) -> Tuple[str, str]:
+def _device(opts: ProgramOptions, torch_info: dict) -> Tuple[str, str]:
+    """``torch_info``: what ``launcher.probe`` says about this interpreter's torch."""
     device = opts.device
     if device is None:
-        device = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= opts.nproc else "cpu"
+        device = "cuda" if torch_info["cuda_devices"] >= opts.nproc else "cpu"
     backend = opts.backend or ("nccl" if device == "cuda" else "gloo")
     return device, backend
 
 
 def run_program(argv: List[str]) -> int:
-    from fsdp_lint.verify.launcher import launch
-    from fsdp_lint.verify.program.evidence import collect
-    from fsdp_lint.verify.program.join import join
-    from fsdp_lint.verify.program.report import RunInfo, exit_status, render
-
     try:
         opts = parse(argv)
     except OptionsError as exc:
@@ -88,16 +87,16 @@ def run_program(argv: List[str]) -> int:
     if problem:
         print(f"fsdp-lint verify: error: {problem}", file=sys.stderr)
         return 2
-    try:
-        import torch
-    except ImportError as exc:
-        print(f"fsdp-lint verify: torch is not importable ({exc}); {INSTALL_HINT}", file=sys.stderr)
+    # this interpreter's torch, asked in a child process (the scratch folder is for others')
+    torch_info, problem = probe(sys.executable, tempfile.gettempdir())
+    if torch_info is None:
+        print(f"fsdp-lint verify: {problem}; {INSTALL_HINT}", file=sys.stderr)
         return 2
     findings, problems, files = static_findings(paths)
     for d in problems:
         _progress(f"fsdp-lint verify: {d.filename}:{d.location.row}: {d.code} {d.message}")
     _progress(f"static check: {len(findings)} finding(s) in {files} file(s) under {', '.join(paths)}")
-    device, backend = _device(opts, torch)
+    device, backend = _device(opts, torch_info)
     log_dir = Path(opts.log_dir or tempfile.mkdtemp(prefix="fsdp-lint-program-")).resolve()
     log_dir.mkdir(parents=True, exist_ok=True)
     spec = {
@@ -117,6 +116,6 @@ def run_program(argv: List[str]) -> int:
     seconds = time.monotonic() - start
     _progress(f"finished in {seconds:.1f} s: {outcome.describe()}")
     verification = join(findings, collect(outcome, opts.nproc))
-    info = RunInfo(opts.target, torch.__version__, opts.nproc, backend, device, str(log_dir), seconds)
+    info = RunInfo(opts.target, torch_info["version"], opts.nproc, backend, device, str(log_dir), seconds)
     print(render(verification, info, opts.output_format))
     return exit_status(verification)

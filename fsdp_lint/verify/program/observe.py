@@ -21,14 +21,19 @@ What is observed:
   thread's stack (``faulthandler``) to ``rank<N>.stacks.txt``.
 - ``.cuda()``/``.to()`` of an FSDP module that offloads its parameters to the CPU.
 - any exception that ends the program, with its innermost user frame.
+
+Only the ranks import this module (``_entry.py``, where torch is the user's own), so torch
+is imported at the top; the verifier's command side never imports it.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import functools
+import importlib
 import json
 import os
+import runpy
 import signal
 import sys
 import time
@@ -36,8 +41,33 @@ import traceback
 import weakref
 from typing import Any, Dict, List, Optional
 
+import torch
+import torch.distributed as dist
+import torch.nn.utils as nn_utils
+import torch.nn.utils.clip_grad as clip_grad
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.optim import Optimizer
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
 from fsdp_lint.verify.program.signatures import AFTER_FREED_STORAGE, rule_of_exception
 from fsdp_lint.verify.program.sites import SiteFinder
+
+try:
+    import torch.distributed.checkpoint.state_dict as dcp_state_dict
+except Exception:  # noqa: BLE001 - older torch
+    dcp_state_dict = None
+try:
+    from torch.distributed.tensor import DTensor
+except Exception:  # noqa: BLE001 - older torch
+    DTensor = None
+# Where ``fully_shard`` is reached from: not only the defining module, since fully_shard
+# looks itself up there (``fully_shard.state``).  An older torch has none of them.
+FULLY_SHARD_HOLDERS = []
+for _name in ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard", "torch.distributed._composable.fsdp"):
+    try:
+        FULLY_SHARD_HOLDERS.append(importlib.import_module(_name))
+    except Exception:  # noqa: BLE001 - an older torch without FSDP2
+        continue
 
 SPEC_ENV = "FSDP_LINT_OBSERVE"  # JSON: target, argv, events dir, steps, checksums
 
@@ -65,9 +95,6 @@ def _rss_bytes() -> Optional[int]:
 
 class Layer:
     def __init__(self, folder: str, rank: int, steps: Optional[int], checksums: bool) -> None:
-        import torch
-
-        self.torch = torch
         self.rank = rank
         self.steps_limit = steps
         self.checksums = checksums
@@ -138,7 +165,6 @@ class Layer:
 
     # -- tensors ---------------------------------------------------------------------
     def checksum(self, tensor) -> Optional[int]:
-        torch = self.torch
         if not self.storage_ok(tensor):
             return None
         flat = tensor.detach().reshape(-1)
@@ -157,8 +183,6 @@ class Layer:
             return False
 
     def fsdp1_handles(self, module, recurse: bool = True):
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
         units = FSDP.fsdp_modules(module) if recurse else ([module] if isinstance(module, FSDP) else [])
         return [unit._handle for unit in units if getattr(unit, "_handle", None) is not None]
 
@@ -189,8 +213,6 @@ class Layer:
         self._patch_exit()
 
     def _patch_fsdp1(self) -> None:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
         layer = self
         original_summon = FSDP.__dict__["summon_full_params"].__func__
         original_init = FSDP.__init__
@@ -264,18 +286,8 @@ class Layer:
         setattr(owner, name, staticmethod(wrapper))
 
     def _patch_fully_shard(self) -> None:
-        import importlib
-
         layer = self
-        holders = []
-        for name in (
-            # not the defining module: fully_shard looks itself up there (``fully_shard.state``)
-            "torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard", "torch.distributed._composable.fsdp",
-        ):
-            try:
-                holders.append(importlib.import_module(name))
-            except Exception:  # noqa: BLE001 - an older torch without FSDP2
-                continue
+        holders = FULLY_SHARD_HOLDERS
         original = next((getattr(m, "fully_shard") for m in holders if hasattr(m, "fully_shard")), None)
         if original is None:
             return
@@ -293,9 +305,6 @@ class Layer:
                 holder.fully_shard = fully_shard
 
     def _patch_optimizers(self) -> None:
-        from torch.optim import Optimizer
-        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
         layer = self
         original_init = Optimizer.__init__
 
@@ -338,7 +347,6 @@ class Layer:
             os._exit(0)
 
     def _patch_backward(self) -> None:
-        torch = self.torch
         layer = self
         original = torch.Tensor.backward
 
@@ -371,9 +379,6 @@ class Layer:
         )
 
     def _patch_clip(self) -> None:
-        import torch.nn.utils as utils
-        import torch.nn.utils.clip_grad as clip_grad
-
         layer = self
         original = clip_grad.clip_grad_norm_
 
@@ -381,7 +386,7 @@ class Layer:
             if not layer.finder.called_from_user(2):
                 return original(parameters, max_norm, norm_type, *args, **kwargs)
             site = layer.finder.site(2)
-            params = [parameters] if isinstance(parameters, layer.torch.Tensor) else list(parameters)
+            params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
             sharded = layer.sharded_fsdp1_param_ids()
             on_shards = sum(1 for p in params if id(p) in sharded)
             total = original(params, max_norm, norm_type, *args, **kwargs)
@@ -393,12 +398,9 @@ class Layer:
 
         clip_grad_norm_.__wrapped__ = original
         clip_grad.clip_grad_norm_ = clip_grad_norm_
-        utils.clip_grad_norm_ = clip_grad_norm_
+        nn_utils.clip_grad_norm_ = clip_grad_norm_
 
     def sharded_fsdp1_param_ids(self) -> set:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-        torch = self.torch
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         ids = set()
         if world < 2:
@@ -413,8 +415,6 @@ class Layer:
         self.emit("collective", api=api, site=site, index=self.next_index("collective", site))
 
     def _patch_collectives(self) -> None:
-        import torch.distributed as dist
-
         layer = self
         for name in COLLECTIVES:
             original = getattr(dist, name, None)
@@ -433,9 +433,7 @@ class Layer:
                 return wrapper
 
             setattr(dist, name, make(original, name))
-        try:
-            import torch.distributed.checkpoint.state_dict as dcp_state_dict
-        except Exception:  # noqa: BLE001 - older torch
+        if dcp_state_dict is None:
             return
         for name in STATE_DICT_FUNCTIONS:
             original = getattr(dcp_state_dict, name, None)
@@ -547,9 +545,7 @@ class ObservedSummon:
         return result
 
     def _check_fsdp2(self, module) -> None:
-        try:
-            from torch.distributed.tensor import DTensor
-        except Exception:  # noqa: BLE001
+        if DTensor is None:
             return
         params = list(module.parameters())
         sharded = [p for p in params if isinstance(p, DTensor) and tuple(p.to_local().shape) != tuple(p.shape)]
@@ -613,8 +609,6 @@ class ObservedSummon:
 
 
 def main() -> int:
-    import runpy
-
     spec = json.loads(os.environ[SPEC_ENV])
     rank = int(os.environ.get("RANK", "0"))
     layer = Layer(spec["dir"], rank, spec.get("steps"), spec.get("checksums", True))

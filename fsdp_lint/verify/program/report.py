@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from fsdp_lint import __version__
+from fsdp_lint.rules import ALL_RULES
 from fsdp_lint.verify.program.join import CONFIRMED, MISSED, NOT_REACHED, RAN_CLEAN, Verification
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -131,8 +132,6 @@ def _uri(path: str) -> str:
 
 
 def to_sarif(v: Verification, info: RunInfo) -> dict:
-    from fsdp_lint.rules import ALL_RULES
-
     rules = [
         {"id": rule.code, "name": rule.name, "shortDescription": {"text": rule.summary}, "helpUri": rule.url()}
         for rule in ALL_RULES

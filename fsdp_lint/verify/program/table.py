@@ -25,6 +25,11 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 import fsdp_lint
+from fsdp_lint.rules import ALL_RULES, lookup
+from fsdp_lint.scenarios.registry import scenario_for
+from fsdp_lint.verify.command import INSTALL_HINT, prepare
+from fsdp_lint.verify.launcher import probe
+from fsdp_lint.verify.records import git_state
 
 
 def _run(program: Path, log_dir: Path, device: str, nproc: int, timeout: float) -> Tuple[int, Optional[dict], str]:
@@ -80,10 +85,6 @@ def write_record(record: dict, folder: Path) -> Path:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from fsdp_lint.rules import ALL_RULES, lookup
-    from fsdp_lint.scenarios.registry import scenario_for
-    from fsdp_lint.verify.command import prepare
-
     parser = argparse.ArgumentParser(prog="python -m fsdp_lint.verify.program.table")
     parser.add_argument("codes", nargs="*")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -91,13 +92,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--log-dir", default=None)
     parser.add_argument("--record", default=None, metavar="DIR")
     args = parser.parse_args(argv)
-    import torch
-
-    from fsdp_lint.verify.records import git_state
+    torch_info, problem = probe(sys.executable, tempfile.gettempdir())  # this interpreter's torch
+    if torch_info is None:
+        print(f"{problem}; {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    version = torch_info["version"]
     source = {"version": fsdp_lint.__version__, **git_state()}
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     entries = []
-
     root = Path(args.log_dir or tempfile.mkdtemp(prefix="fsdp-lint-program-table-")).resolve()
     rules = [lookup(c) for c in args.codes] if args.codes else list(ALL_RULES)
     rows = ["| rule | torch | device | flagged program | fixed program | result |",
@@ -105,14 +107,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     failed = 0
     for rule in rules:
         scenario = scenario_for(rule.code, args.device)
-        why = scenario.cannot_run(args.device, args.nproc, torch.__version__) if scenario else "no scenario"
+        why = scenario.cannot_run(args.device, args.nproc, version) if scenario else "no scenario"
         if why:
-            rows.append(f"| {rule.code} | {torch.__version__} | {args.device} | - | - | SKIPPED ({why}) |")
+            rows.append(f"| {rule.code} | {version} | {args.device} | - | - | SKIPPED ({why}) |")
             entries.append({"code": rule.code, "flagged": "-", "fixed": "-", "result": f"SKIPPED ({why})"})
             continue
         flagged, fixed, problem = prepare(rule, scenario, root / rule.code)
         if problem:
-            rows.append(f"| {rule.code} | {torch.__version__} | {args.device} | - | - | ERROR ({problem}) |")
+            rows.append(f"| {rule.code} | {version} | {args.device} | - | - | ERROR ({problem}) |")
             entries.append({"code": rule.code, "flagged": "-", "fixed": "-", "result": f"ERROR ({problem})"})
             failed += 1
             continue
@@ -124,19 +126,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         # RAN CLEAN: the hazard does not show on this torch/device (said plainly, not a failure)
         result = {"CONFIRMED": "PASS", "RAN CLEAN": "RAN CLEAN"}.get(state, "FAIL") if ok2 else "FAIL"
         failed += result == "FAIL"
-        rows.append(f"| {rule.code} | {torch.__version__} | {args.device}, {args.nproc} ranks | "
+        rows.append(f"| {rule.code} | {version} | {args.device}, {args.nproc} ranks | "
                     f"{cell1.replace('|', '/')} | {cell2.replace('|', '/')} | {result} |")
         entries.append({"code": rule.code, "flagged": cell1, "fixed": cell2, "result": result})
         print(rows[-1], file=sys.stderr, flush=True)
     print("\n".join(rows))
     print(f"logs: {root}{os.sep}", file=sys.stderr)
     if args.record:
-        devices = ([torch.cuda.get_device_name(i) for i in range(min(args.nproc, torch.cuda.device_count()))]
-                   if args.device == "cuda" else [platform.machine()])
+        devices = (torch_info.get("device_names", [])[:args.nproc] if args.device == "cuda"
+                   else [platform.machine()])
         record = {
             "format": 1, "generator": "python -m fsdp_lint.verify.program.table --record",
             "command": ["python", "-m", "fsdp_lint.verify.program.table", *(argv if argv is not None else sys.argv[1:])],
-            "fsdp_lint": source, "torch": torch.__version__, "device": args.device, "nproc": args.nproc,
+            "fsdp_lint": source, "torch": version, "device": args.device, "nproc": args.nproc,
             "device_names": devices, "date": started, "rows": entries,
         }
         print(f"record written: {write_record(record, Path(args.record))}", file=sys.stderr)

@@ -1,29 +1,22 @@
-"""Command line: ``fsdp-lint [check] [PATHS...]``, ``rule CODE``, ``rules``, ``verify``.
-
-Exit codes as ruff's: 0 no findings left, 1 findings remain, 2 usage, configuration or
-internal error.
-"""
+"""``fsdp-lint check [PATHS...]`` (the default command) and ``fsdp-lint clean``."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections import Counter
 from typing import List, Optional, Sequence
 
-from fsdp_lint import __version__
-
-SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server")
-RULES_LEGEND = """
-Fix column:
-  fix    every finding of the rule comes with a fix
-  fix*   some findings come with a fix (where the rule can tell what the code meant)
-  (none) the rule has no fix; its documentation says what to change
-Fixes marked safe are applied by `--fix`; unsafe ones need `--fix --unsafe-fixes`.
-`fsdp-lint rule CODE` says which fixes a rule has and when they are unsafe.
-"""
+from fsdp_lint.cache import Cache, cache_dir, clean
+from fsdp_lint.check import Overrides, Settings, display_path, exit_code, process_stdin, run_files
+from fsdp_lint.config import ConfigError, ConfigFinder, check_version
+from fsdp_lint.diagnostics import SAFE
+from fsdp_lint.engine import IO_ERROR, error_diagnostic
+from fsdp_lint.files import NOT_PYTHON, discover, matches_any
+from fsdp_lint.interrupt import Interrupted, handlers
+from fsdp_lint.output import FORMATS, render
+from fsdp_lint.rules import UnknownRuleError, matching
 
 
 def _codes(value: str) -> List[str]:
@@ -32,8 +25,6 @@ def _codes(value: str) -> List[str]:
 
 def _version(value: str) -> str:
     """``--target-torch-version``: validated as ``target-torch-version`` in pyproject."""
-    from fsdp_lint.config import check_version
-
     try:
         return check_version(value)
     except ValueError as exc:
@@ -100,17 +91,24 @@ def _warn(message: str) -> None:
     print(f"fsdp-lint: warning: {message}", file=sys.stderr)
 
 
+def run(argv: Sequence[str]) -> int:
+    """``fsdp-lint check``: Ctrl-C and SIGTERM stop the workers and never leave a file half-written."""
+    try:
+        with handlers():
+            return _run_check(argv)
+    except Interrupted as exc:
+        print("fsdp-lint: interrupted", file=sys.stderr)
+        return exc.exit_code
+
+
+def run_clean(argv: Sequence[str]) -> int:
+    """``fsdp-lint clean [DIR]``: remove the result cache."""
+    target = argv[0] if argv else cache_dir()
+    print(f"removed {target}" if clean(target) else f"no cache at {target}")
+    return 0
+
+
 def _run_check(argv: Sequence[str]) -> int:
-    import os
-
-    from fsdp_lint.cache import Cache, cache_dir
-    from fsdp_lint.check import Overrides, Settings, display_path, exit_code, process_stdin, run_files
-    from fsdp_lint.config import ConfigError, ConfigFinder
-    from fsdp_lint.engine import IO_ERROR, error_diagnostic
-    from fsdp_lint.files import NOT_PYTHON, discover, matches_any
-    from fsdp_lint.output import FORMATS, render
-    from fsdp_lint.rules import UnknownRuleError, matching
-
     args = _check_parser().parse_args(argv)
     if args.format not in FORMATS:
         return _error(f"unknown --format {args.format!r} (allowed: {', '.join(FORMATS)})")
@@ -214,8 +212,6 @@ def _emit(output_file: Optional[str], text: str) -> int:
 def _summary(diagnostics, fixed: int, fixes: int, fixing: bool) -> str:
     """ruff's summary lines.  ``Found`` counts the same findings as a run without ``--fix``:
     fixed (resolved by the fixes) plus remaining."""
-    from fsdp_lint.diagnostics import SAFE
-
     out = []
     remaining = len(diagnostics)
     if fixed:
@@ -234,121 +230,3 @@ def _summary(diagnostics, fixed: int, fixes: int, fixing: bool) -> str:
     if unsafe:
         out.append(f"{unsafe} more fix(es) available with `--fix --unsafe-fixes`.\n")
     return "".join(out)
-
-
-def _run_rule(argv: Sequence[str]) -> int:
-    from fsdp_lint.rules import UnknownRuleError, lookup
-
-    parser = argparse.ArgumentParser(prog="fsdp-lint rule", description="Print a rule's documentation.")
-    parser.add_argument("rule", help="code (FSD001) or name (summon-writeback-with-cpu-offload)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    args = parser.parse_args(argv)
-    try:
-        rule = lookup(args.rule)
-    except UnknownRuleError as exc:
-        print(f"fsdp-lint: error: {exc}", file=sys.stderr)
-        return 2
-    from fsdp_lint.docs import framework_forms, installed_torch, on_your_torch, render_for_user
-
-    if args.format == "json":
-        data = _rule_json(rule, with_doc=True)
-        data["installed_torch"] = installed_torch()
-        data["on_installed_torch"] = on_your_torch(rule, data["installed_torch"])
-        data["framework_forms"] = framework_forms(rule)
-        print(json.dumps(data, indent=2))
-    else:
-        print(render_for_user(rule), end="")
-    return 0
-
-
-def _rule_json(rule, with_doc: bool = False) -> dict:
-    data = {
-        "code": rule.code,
-        "name": rule.name,
-        "summary": rule.summary,
-        "fix": rule.fix_availability,
-        "hazard_fixed_in": rule.hazard_fixed_in,
-        "url": rule.url(),
-    }
-    if with_doc:
-        data["explanation"] = rule.doc
-    return data
-
-
-def _run_rules(argv: Sequence[str]) -> int:
-    from fsdp_lint.rules import ALL_RULES
-
-    parser = argparse.ArgumentParser(prog="fsdp-lint rules", description="List all rules.")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    args = parser.parse_args(argv)
-    if args.format == "json":
-        print(json.dumps([_rule_json(rule) for rule in ALL_RULES], indent=2))
-        return 0
-    print(f"{'Code':<8}{'Name':<46}{'Fix':<6}Summary")
-    for rule in ALL_RULES:
-        fix = {"always": "fix", "sometimes": "fix*", "never": ""}[rule.fix_availability]
-        print(f"{rule.code}  {rule.name:<45} {fix:<5} {rule.summary}")
-    print(RULES_LEGEND, end="")
-    return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["--version"], ["-V"]):
-        print(f"fsdp-lint {__version__}")
-        return 0
-    if argv[:1] in (["-h"], ["--help"]):
-        print(
-            "usage: fsdp-lint [check] [PATHS...] [options]\n"
-            "       fsdp-lint rule CODE | rules | verify [CODES...]\n\n"
-            "Commands:\n"
-            "  check    lint files (the default); --fix applies safe fixes\n"
-            "  rule     print a rule's documentation\n"
-            "  rules    list all rules\n"
-            "  clean    remove the result cache (.fsdp_lint_cache beside the nearest pyproject.toml)\n"
-            "  verify   run each rule's runtime scenario under torchrun (needs torch)\n"
-            "  server   run the language server on stdio (needs the `server` extra)\n\n"
-            "Run `fsdp-lint check --help` for the options of check."
-        )
-        return 0
-    command = argv[0] if argv and argv[0] in SUBCOMMANDS else "check"
-    rest = argv[1:] if argv and argv[0] in SUBCOMMANDS else argv
-    try:
-        if command == "rule":
-            return _run_rule(rest)
-        if command == "rules":
-            return _run_rules(rest)
-        if command == "clean":
-            from fsdp_lint.cache import cache_dir, clean
-
-            target = rest[0] if rest else cache_dir()
-            print(f"removed {target}" if clean(target) else f"no cache at {target}")
-            return 0
-        if command == "server":
-            from fsdp_lint.server import main as run_server
-
-            return run_server(rest)
-        from fsdp_lint.interrupt import Interrupted, handlers
-
-        if command == "verify":
-            from fsdp_lint.verify.command import run_verify
-
-            # SIGINT and SIGTERM raise in the main thread whatever the inherited disposition
-            # (a background job starts with SIGINT ignored): the torchrun jobs are stopped
-            with handlers():
-                return run_verify(rest)
-
-        try:
-            with handlers():
-                return _run_check(rest)
-        except Interrupted as exc:
-            print("fsdp-lint: interrupted", file=sys.stderr)
-            return exc.exit_code
-    except SystemExit as exc:  # argparse: usage errors exit 2
-        return int(exc.code or 0)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `fsdp-lint src/ | head`: the reader left; stop quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # the final flush at exit must not fail again
-        return 1
