@@ -12,6 +12,7 @@ the same once the framework has started the group.
 import json
 import os
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -44,8 +45,6 @@ def torchrun_sizes():
 
 def result_dir():
     """A folder every rank of this node sees (the verifier's log folder of the program)."""
-    import tempfile
-
     return os.environ.get("FSDP_LINT_RESULT_DIR") or tempfile.gettempdir()
 
 

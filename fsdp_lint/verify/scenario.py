@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Dict, Mapping, Optional, Tuple
 
 
@@ -126,8 +127,6 @@ class Scenario:
 def installed_versions(names) -> Dict[str, Optional[str]]:
     """This interpreter's version of each distribution (None: not installed), from package
     metadata: nothing is imported.  The verifier asks the target interpreter the same way."""
-    from importlib import metadata
-
     found: Dict[str, Optional[str]] = {}
     for name in names:
         try:
