@@ -749,10 +749,14 @@ class _TooMuch(Exception):
     """The slice would keep more than it is worth: parse the whole text."""
 
 
-def choose(text: str, rules: Sequence[type], max_share: float = 1.0) -> Optional[Tuple[List[_Unit], Set[int]]]:
+def choose(
+    text: str, rules: Sequence[type], max_share: float = 1.0, tree: Optional[ast.Module] = None
+) -> Optional[Tuple[List[_Unit], Set[int]]]:
     """The units of ``text`` and the indices of those the slice keeps (None: not sliceable,
-    or the kept lines would pass ``max_share`` of the file's)."""
-    tree = _parse(text)
+    or the kept lines would pass ``max_share`` of the file's).  ``tree``: ``text``'s
+    ``ast``, when the caller has it."""
+    if tree is None:
+        tree = _parse(text)
     if tree is None or not tree.body:
         return None
     units = _units(tree)
@@ -986,14 +990,16 @@ def _keep_enough(units: List[_Unit], kept: Set[int], holders: Sequence[int], key
 
 
 def slice_text(
-    text: str, rules: Sequence[type], min_chars: int = MIN_CHARS, max_share: float = MAX_SHARE
+    text: str, rules: Sequence[type], min_chars: int = MIN_CHARS, max_share: float = MAX_SHARE,
+    tree: Optional[ast.Module] = None,
 ) -> Optional[Slice]:
-    """The slice of ``text`` for ``rules``, or None to lint the whole text."""
+    """The slice of ``text`` for ``rules``, or None to lint the whole text (``tree``:
+    ``text``'s ``ast``, when the caller has it)."""
     if len(text) < min_chars:
         return None
     if _ODD_LINE_ENDS.search(text) or text.count("\r") != text.count("\r\n"):
         return None  # str.splitlines, ast and libcst may disagree on what ends a line
-    chosen = choose(text, rules, max_share)
+    chosen = choose(text, rules, max_share, tree)
     if chosen is None:
         return None
     units, kept = chosen
