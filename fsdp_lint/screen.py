@@ -38,11 +38,12 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
 from fsdp_lint.facts.dataflow import RETURNS_SELF
-from fsdp_lint.facts.frameworks import ACCELERATOR, ALWAYS, FABRIC, LIGHTNING_TRAINER, WITH_FSDP
+from fsdp_lint.facts.frameworks import ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN, LIGHTNING_TRAINER, WITH_FSDP
 from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
 from fsdp_lint.rules.fsd105_generate_outside_summon import ENTRY_POINTS, INNER
+from fsdp_lint.rules.fsd106_grad_norm_read_per_rank import NORM_FUNCTIONS, TOTAL_NORM
 from fsdp_lint.rules.fsd107_cast_after_wrap import CAST_METHODS, TORCH_DTYPES
 from fsdp_lint.rules.fsd108_save_on_every_rank import DISTRIBUTED_SETUP, SAFETENSORS_SAVE, TORCH_SAVE, SaveOnEveryRank
 
@@ -107,13 +108,14 @@ def _block(statements: List[ast.stmt], key: int, guards: tuple, push) -> None:
 class _Frame:
     """What one ``def`` holds (key 0: module level and class bodies)."""
 
-    __slots__ = ("name", "calls", "one_rank", "returns_value")
+    __slots__ = ("name", "calls", "one_rank", "returns_value", "params")
 
     def __init__(self, name: Optional[str] = None) -> None:
         self.name = name
         self.calls: List[ast.Call] = []
         self.one_rank = False  # decorated ``@rank_zero_only`` and the like
         self.returns_value = False
+        self.params: Set[str] = set()
 
 
 class Summary:
@@ -128,11 +130,13 @@ class Summary:
         self.guards: Dict[int, tuple] = {}  # id(call) -> the ``if`` tests guarding it in its function
         self.param_holders: Set[int] = set()  # id(call) of calls with ``X.parameters()`` in their arguments
         self.bare: Set[int] = set()  # id(call) of calls that are a whole expression statement
-        self.bindings: Dict[str, List[ast.expr]] = {}  # target (dotted) -> values bound to it
-        self.returns: Dict[str, List[ast.expr]] = {}  # function name -> returned values
-        self.params: Dict[str, Set[str]] = {}  # parameter name -> names of the functions taking it
-        self.defaults: Dict[str, List[ast.expr]] = {}  # parameter name -> default values
+        # target (dotted) -> (value bound to it, frame of the binding)
+        self.bindings: Dict[str, List[Tuple[ast.expr, int]]] = {}
+        self.returns: Dict[str, List[Tuple[ast.expr, int]]] = {}  # function name -> (returned value, frame)
+        self.defaults: Dict[int, List[Tuple[str, ast.expr, int]]] = {}  # frame -> (parameter, default, frame)
         self.calls_by_name: Dict[str, List[ast.Call]] = {}  # callee's last name -> calls
+        self.call_frames: Dict[int, int] = {}  # id(call) -> its frame
+        self.functions: Dict[str, List[int]] = {}  # function name -> frames
         self.assigned_to: Dict[int, Set[str]] = {}  # id(call) -> names bound to its value
         self.annotated: Dict[str, List[ast.expr]] = {}
         self.imported: Dict[str, Set[str]] = {}  # name -> qualified names absolute imports bind to it
@@ -168,6 +172,7 @@ class Summary:
             if kind is ast.Call:
                 frame = frames[key]
                 frame.calls.append(node)
+                self.call_frames[id(node)] = key
                 if guards:
                     guarded[id(node)] = guards
                 func = node.func
@@ -213,13 +218,13 @@ class Summary:
                 continue
             if kind is ast.Assign:
                 for target in node.targets:
-                    self._bind(target, node.value)
+                    self._bind(target, node.value, key)
             elif kind is ast.AnnAssign:
                 dotted = _dotted(node.target)
                 if dotted is not None:
                     self.annotated.setdefault(dotted, []).append(node.annotation)
                 if node.value is not None:
-                    self._bind(node.target, node.value)
+                    self._bind(node.target, node.value, key)
             elif kind in (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith):
                 # ``for``/``with ... as`` bindings: the facts' partials may come from them
                 pairs = [(node.target, node.iter)] if kind in (ast.For, ast.AsyncFor) else [
@@ -235,7 +240,7 @@ class Summary:
                 frame = frames[key]
                 if node.value is not None and frame.name is not None:
                     frame.returns_value = True
-                    self.returns.setdefault(frame.name, []).append(node.value)
+                    self.returns.setdefault(frame.name, []).append((node.value, key))
             elif kind is ast.Import:
                 for alias in node.names:
                     self.imported_modules.add(alias.name)
@@ -292,6 +297,7 @@ class Summary:
         self.identifiers.add(name)
         key = id(node)
         self.frames[key] = frame = _Frame(name)
+        self.functions.setdefault(name, []).append(key)
         _block(node.body, key, (), push)
         for decorator in node.decorator_list:
             callee = decorator.func if type(decorator) is ast.Call else decorator
@@ -301,16 +307,17 @@ class Summary:
             push((decorator, outer, (), guards))
         args = node.args
         positional = [*args.posonlyargs, *args.args]
+        defaults = self.defaults.setdefault(key, [])
         for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
-            self.defaults.setdefault(arg.arg, []).append(default)
+            defaults.append((arg.arg, default, outer))
         for arg, default in zip(args.kwonlyargs, args.kw_defaults):
             if default is not None:
-                self.defaults.setdefault(arg.arg, []).append(default)
+                defaults.append((arg.arg, default, outer))
         for arg in (*positional, *args.kwonlyargs, args.vararg, args.kwarg):
             if arg is None:
                 continue
             self.identifiers.add(arg.arg)
-            self.params.setdefault(arg.arg, set()).add(name)
+            frame.params.add(arg.arg)
             if arg.annotation is not None:
                 self.annotated.setdefault(arg.arg, []).append(arg.annotation)
                 push((arg.annotation, outer, (), guards))
@@ -319,15 +326,15 @@ class Summary:
         if node.returns is not None:
             push((node.returns, outer, (), guards))
 
-    def _bind(self, target, value) -> None:
+    def _bind(self, target, value, key: int) -> None:
         if type(target) in (ast.Tuple, ast.List):
             for element in target.elts:
-                self._bind(element.value if type(element) is ast.Starred else element, value)
+                self._bind(element.value if type(element) is ast.Starred else element, value, key)
             return
         dotted = _dotted(target)
         if dotted is None:
             return
-        self.bindings.setdefault(dotted, []).append(value)
+        self.bindings.setdefault(dotted, []).append((value, key))
         if type(value) is ast.Call:
             self.assigned_to.setdefault(id(value), set()).add(dotted)
             self.call_values.setdefault(dotted, []).append(value)
@@ -444,7 +451,7 @@ class _Flow:
         self.summary = summary
         self.leaf = leaf
         self.info: Dict[int, Tuple[bool, Set[str], Set[str]]] = {}
-        self.known: Dict[int, bool] = {}  # id(expr) -> may reach a leaf
+        self.known: Dict[Tuple[int, int, bool], bool] = {}  # (id(expr), frame, entered) -> may reach a leaf
 
     def _read(self, expr: ast.AST) -> Tuple[bool, Set[str], Set[str]]:
         """(holds a leaf, dotted names the facts follow from it, functions whose ``return``
@@ -491,50 +498,79 @@ class _Flow:
         hit = self.info[id(expr)] = (found, chains, callees)
         return hit
 
-    def _depends(self, expr) -> List[ast.AST]:
+    def _lookup(self, chain: str, key: int, entered: bool) -> List[Tuple[ast.AST, int, bool]]:
+        """``scopes.lookup`` read widely: in a function, its own bindings of the name if
+        any; else, for a parameter, what the calls of the function pass (only inside a
+        function entered through a call: ``dataflow._parameter``); else the bindings
+        outside functions.  ``self.x``: every binding of it."""
+        summary = self.summary
+        bindings = summary.bindings.get(chain, ())
+        head = chain.split(".", 1)[0]
+        if head == "self" and "." in chain:
+            return [(value, k, entered) for value, k in bindings]
+        if key != 0:
+            local = [(value, k, entered) for value, k in bindings if k == key]
+            if local:
+                return local
+            frame = summary.frames[key]
+            if head in frame.params:
+                if not entered or head != chain:
+                    return []
+                found = [(value, k, True) for name, value, k in summary.defaults.get(key, ()) if name == chain]
+                for call in summary.calls_by_name.get(frame.name, ()):
+                    k = summary.call_frames[id(call)]
+                    found.extend((arg, k, True) for arg in call.args)
+                    found.extend((kw.value, k, True) for kw in call.keywords)
+                return found
+            if "." in chain and any(k == key for _, k in summary.bindings.get(head, ())):
+                return []  # ``x.attr`` of a local ``x``
+        return [(value, k, entered) for value, k in bindings if k == 0]
+
+    def _depends(self, expr, key: int, entered: bool) -> List[Tuple[ast.AST, int, bool]]:
+        """What the facts may follow from ``expr`` (in frame ``key``): the bindings of the
+        names it reads (``_lookup``), the ``return`` values of the functions it calls
+        (then inside them)."""
         summary = self.summary
         _, chains, callees = self._read(expr)
-        found: List[ast.AST] = []
+        found: List[Tuple[ast.AST, int, bool]] = []
         for chain in chains:
-            found.extend(summary.bindings.get(chain, ()))
-            if chain in summary.params:  # a parameter: what the calls of its function pass
-                found.extend(summary.defaults.get(chain, ()))
-                for function in summary.params[chain]:
-                    for call in summary.calls_by_name.get(function, ()):
-                        found.extend(call.args)
-                        found.extend(k.value for k in call.keywords)
+            found.extend(self._lookup(chain, key, entered))
         for callee in callees:
-            found.extend(summary.returns.get(callee, ()))
+            found.extend((value, k, True) for value, k in summary.returns.get(callee, ()))
         return found
 
-    def may_reach(self, exprs: Sequence[ast.AST]) -> bool:
-        """Whether one of ``exprs`` may reach a leaf.  Everything they lead to is collected,
-        then marked from the leaves up (the least fixpoint over that part of the graph is
-        the whole graph's answer for it: kept for later questions)."""
+    def may_reach(self, exprs: Sequence[ast.AST], key: int, entered: bool = False) -> bool:
+        """Whether one of ``exprs`` (standing in frame ``key``) may reach a leaf
+        (``entered``: in a function the facts entered through a call).  Everything they
+        lead to is collected, then marked from the leaves up (the least fixpoint over that
+        part of the graph is the whole graph's answer for it: kept for later questions)."""
         known = self.known
-        nodes: Dict[int, ast.AST] = {}
-        edges: Dict[int, List[int]] = {}
-        stack = [e for e in exprs if id(e) not in known]
+        nodes: Dict[Tuple[int, int, bool], ast.AST] = {}
+        edges: Dict[Tuple[int, int, bool], List[Tuple[int, int, bool]]] = {}
+        stack = [(e, key, entered) for e in exprs if (id(e), key, entered) not in known]
         while stack:
-            expr = stack.pop()
-            if id(expr) in nodes:
+            expr, k, mode = stack.pop()
+            node = (id(expr), k, mode)
+            if node in nodes:
                 continue
-            nodes[id(expr)] = expr
-            depends = self._depends(expr)
-            edges[id(expr)] = [id(d) for d in depends]
-            stack.extend(d for d in depends if id(d) not in nodes and id(d) not in known)
-        reached = {i for i, expr in nodes.items() if self._read(expr)[0]}
-        reached.update(i for targets in edges.values() for i in targets if known.get(i))
+            nodes[node] = expr
+            depends = self._depends(expr, k, mode)
+            edges[node] = [(id(d), dk, dm) for d, dk, dm in depends]
+            stack.extend(
+                (d, dk, dm) for d, dk, dm in depends if (id(d), dk, dm) not in nodes and (id(d), dk, dm) not in known
+            )
+        reached = {node for node, expr in nodes.items() if self._read(expr)[0]}
+        reached.update(n for targets in edges.values() for n in targets if known.get(n))
         changed = True
         while changed:
             changed = False
-            for i, targets in edges.items():
-                if i not in reached and any(t in reached for t in targets):
-                    reached.add(i)
+            for node, targets in edges.items():
+                if node not in reached and any(t in reached for t in targets):
+                    reached.add(node)
                     changed = True
-        for i in nodes:
-            known[i] = i in reached
-        return any(known[id(e)] for e in exprs)
+        for node in nodes:
+            known[node] = node in reached
+        return any(known[(id(e), key, entered)] for e in exprs)
 
 
 def _rank_word(node: ast.AST) -> bool:
@@ -567,9 +603,13 @@ def _cpu_device(s: Summary) -> bool:
             calls = [call]
             dotted = _dotted(call.func)
             calls.extend(s.call_values.get(dotted, ()) if dotted is not None else ())
-            exprs = [k.value for c in calls for k in c.keywords if k.arg in ("device_id", None)]
-            if exprs and flow.may_reach(exprs):
-                found = True
+            for c in calls:
+                exprs = [k.value for k in c.keywords if k.arg in ("device_id", None)]
+                # ``offload``: the construction as written and as each caller of its function builds it
+                if exprs and flow.may_reach(exprs, s.call_frames[id(c)], entered=True):
+                    found = True
+                    break
+            if found:
                 break
         s._cache["cpu_device"] = found
     return found
@@ -675,13 +715,27 @@ def _builds_optimizer(s: Summary, call: ast.Call) -> bool:
         return False
     if OPTIMIZER_NAME.search(name) or "optim" in name.lower() or _optimizer_class(s, func):
         return True
-    return s.flow("optimizer_class", lambda node: _optimizer_class(s, node)).may_reach([func])
+    return s.flow("optimizer_class", lambda node: _optimizer_class(s, node)).may_reach([func], s.call_frames[id(call)])
+
+
+def _stale_plugin(s: Summary) -> bool:
+    """``frameworks._stale_plugin``: ``FullyShardedDataParallelPlugin(use_orig_params=False)``
+    (a literal False or 0, written as a keyword)."""
+    for frame in s.frames.values():
+        for call in frame.calls:
+            if s.callee(call).isdisjoint(FSDP_PLUGIN):
+                continue
+            for keyword in call.keywords:
+                value = keyword.value.value if type(keyword.value) is ast.Constant else None
+                if keyword.arg == "use_orig_params" and type(value) in (bool, int) and value == 0:
+                    return True
+    return False
 
 
 def _fsd101(s: Summary) -> bool:
     # an optimizer and a wrap (or a framework wrap) in the same function
     identifiers = s.identifiers
-    framework = (s.imports_from("accelerate") and "FullyShardedDataParallelPlugin" in identifiers) or (
+    framework = (s.imports_from("accelerate") and _stale_plugin(s)) or (
         s.imports_from("lightning") and any(i.endswith("ModelParallelStrategy") for i in identifiers)
     )
     wrapping = {key for key, _, _, _ in s.wraps()}
@@ -718,7 +772,7 @@ def _fsd102(s: Summary) -> bool:
                 type(first) is ast.Call
                 and type(first.func) is ast.Attribute
                 and first.func.attr == "parameters"
-                and s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([first.func.value])
+                and _from_fsdp1(s, first.func.value, call)
             ):
                 return True
     return False
@@ -728,10 +782,9 @@ def _fsd103(s: Summary) -> bool:
     # ``m.cuda()`` / ``m.to(...)`` with ``m`` from an FSDP1 wrap, in a file that offloads
     if not s.fsdp1_wraps() or s.identifiers.isdisjoint(("CPUOffload", "CPUOffloadPolicy")):
         return False
-    flow = s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n))
     for name in ("cuda", "to"):
         for call in s.calls_by_name.get(name, ()):
-            if type(call.func) is ast.Attribute and flow.may_reach([call.func.value]):
+            if type(call.func) is ast.Attribute and _from_fsdp1(s, call.func.value, call):
                 return True
     return False
 
@@ -765,7 +818,9 @@ def _framework_methods(s: Summary, call: ast.Call) -> Set[str]:
     if dotted == "self":
         if any(i.endswith("Trainer") for i in s.identifiers):
             frameworks.add("hf_trainer")
-    elif s.flow("framework", lambda node: _is_framework_constructor(s, node)).may_reach([receiver]):
+    elif s.flow("framework", lambda node: _is_framework_constructor(s, node)).may_reach(
+        [receiver], s.call_frames[id(call)]
+    ):
         frameworks.update(_KNOWN_FRAMEWORKS)
     frameworks.update({*ALWAYS, *WITH_FSDP} - _KNOWN_FRAMEWORKS)  # one this screen does not know
     methods: Set[str] = set()
@@ -788,7 +843,7 @@ def _fsd104(s: Summary) -> bool:
             receiver = func.value
             if _dotted(receiver) in s.fsdp1_names():
                 return True
-            if s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([receiver]):
+            if _from_fsdp1(s, receiver, call):
                 return True
         if attr in all_methods and attr in _framework_methods(s, call):
             return True
@@ -796,20 +851,38 @@ def _fsd104(s: Summary) -> bool:
         return bool(
             not names.isdisjoint(_GATHERS)
             or not names.isdisjoint(_OPTIM_STATE)
-            or (not names.isdisjoint(_DIST) and bool(s.wraps()))
+            or (not names.isdisjoint(_DIST) and bool(s.wraps()) and not _on_subgroup(call, names))
         )
 
     ranks = s.flow("rank", _rank_word)
-    for frame in s.frames.values():
+    for key, frame in s.frames.items():
         for call in frame.calls:
             guards = s.guards.get(id(call))
-            if (guards or frame.one_rank) and collective(call) and (frame.one_rank or ranks.may_reach(guards)):
+            if (guards or frame.one_rank) and collective(call) and (frame.one_rank or ranks.may_reach(guards, key)):
                 return True
     return False
 
 
+def _on_subgroup(call: ast.Call, names: Set[str]) -> bool:
+    """``collectives._on_subgroup``: a ``group=`` other than None, or one passed by position
+    (for every name the callee may have)."""
+    for keyword in call.keywords:
+        if keyword.arg in ("group", "process_group"):
+            return not (type(keyword.value) is ast.Name and keyword.value.id == "None")
+    positional = sum(1 for a in call.args if type(a) is not ast.Starred)
+    return all(
+        positional > (0 if name.rsplit(".", 1)[-1] in ("barrier", "monitored_barrier") else 2)
+        for name in names & _DIST
+    )
+
+
 def _is_fsdp1_wrap(s: Summary, node: ast.AST) -> bool:
     return type(node) is ast.Call and not s.callee(node).isdisjoint(torch_api.FSDP_CLASS)
+
+
+def _from_fsdp1(s: Summary, expr: ast.AST, call: ast.Call) -> bool:
+    """``expr`` (at ``call``) may come from an FSDP1 construction (``fsdp_modules.origins``)."""
+    return s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([expr], s.call_frames[id(call)])
 
 
 def _fsd105(s: Summary) -> bool:
@@ -844,7 +917,25 @@ def _fsd105(s: Summary) -> bool:
 
 
 def _fsd106(s: Summary) -> bool:
-    return s.fsdp2_wraps()
+    # a gradient norm of an FSDP2 model: ``clip_grad_norm_``/``get_total_norm``, or a norm
+    # of ``p.grad`` (``torch.norm(p.grad)``, ``p.grad.norm()``)
+    if not s.fsdp2_wraps():
+        return False
+    for frame in s.frames.values():
+        for call in frame.calls:
+            names = s.callee(call)
+            if not names.isdisjoint(TOTAL_NORM):
+                return True
+            func = call.func
+            if not names.isdisjoint(NORM_FUNCTIONS):
+                target = call.args[0] if call.args else None
+            elif type(func) is ast.Attribute and func.attr == "norm":
+                target = func.value
+            else:
+                continue
+            if type(target) is ast.Attribute and target.attr == "grad":
+                return True
+    return False
 
 
 def _casts(s: Summary, call: ast.Call) -> bool:
