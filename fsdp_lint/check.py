@@ -22,6 +22,7 @@ from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.rules import select_rules
 from fsdp_lint.rules.base import Rule
+from fsdp_lint.screen import live_rules, parse
 from fsdp_lint.source import (
     FileChangedError, SourceError, SourceFile, WriteRefused, decode_source, read_source, write_atomic,
 )
@@ -171,8 +172,8 @@ def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
 
 def cheap_answer(source: SourceFile, settings: Settings) -> Optional[FileReport]:
     """The file's report when the cheap stages settle it (text markers, the cache, then
-    compiled names), or None when it needs libcst.  A file the name stage clears is cached
-    as clean, so a warm run skips even that stage."""
+    compiled names, then the ``ast`` screen), or None when it needs libcst.  A file these
+    stages clear is cached as clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
     wanted = wanted_rules(source.text, rules)
     if not wanted:
@@ -182,7 +183,7 @@ def cheap_answer(source: SourceFile, settings: Settings) -> Optional[FileReport]
         hit = settings.cache.get(key, source.path)
         if hit is not None:
             return FileReport(source.path, hit)
-    if not ast_confirms(source.text, wanted):
+    if not ast_confirms(source.text, wanted) or not live_rules(parse(source.text), wanted):
         if key is not None:
             settings.cache.put(key, [])
         return FileReport(source.path)

@@ -15,7 +15,7 @@ import os
 import re
 import traceback
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Type
+from typing import List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.diagnostics import Diagnostic, Edit, Fix, Location
 from fsdp_lint.noqa import Suppressions
@@ -45,8 +45,54 @@ def error_diagnostic(kind, filename: str, message: str, row: int = 1, column: in
     return Diagnostic(code, name, message, filename, loc, loc, statement_rows=(row, row))
 
 
+_GATES: dict = {}
+
+
+def _gate(rules: Sequence[Type[Rule]]):
+    """Strings one of which every file wanted by some of ``rules`` contains: from each
+    rule, its first marker group, or a later one whose shortest marker is longer (rarer:
+    ``FullyShardedDataParallel`` rather than ``to``); a string containing another is left
+    out.  None when a rule has no markers (every file is wanted)."""
+    key = tuple(rule.code for rule in rules)
+    if key not in _GATES:
+        strings = set()
+        for rule in rules:
+            if not rule.markers:
+                _GATES[key] = None
+                return None
+            group = rule.markers[0]
+            for other in rule.markers[1:]:
+                if min(map(len, other)) > min(map(len, group)):
+                    group = other
+            strings.update(group)
+        _GATES[key] = _factored(sorted(m for m in strings if not any(o != m and o in m for o in strings)))
+    return _GATES[key]
+
+
+def _factored(strings: List[str], width: int = 10) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+    """The gate as (key, strings that contain it) pairs: a piece several strings share is
+    searched once (``state_dict`` for the seven ``*state_dict`` markers)."""
+    groups = []
+    left = list(strings)
+    while True:
+        counts: dict = {}
+        for string in left:
+            for piece in {string[i : i + width] for i in range(len(string) - width + 1)}:
+                counts[piece] = counts.get(piece, 0) + 1
+        piece, count = max(counts.items(), key=lambda item: (item[1], item[0]), default=("", 0))
+        if count < 3:
+            break
+        groups.append((piece, tuple(m for m in left if piece in m)))
+        left = [m for m in left if piece not in m]
+    return tuple(groups) + tuple((m, (m,)) for m in left)
+
+
 def wanted_rules(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
-    """Stage 1: the rules whose text markers all occur in the file."""
+    """Stage 1: the rules whose text markers all occur in the file (most files contain
+    none of the gate's strings and are settled by them alone)."""
+    gate = _gate(rules)
+    if gate is not None and not any(key in text and any(m in text for m in group) for key, group in gate):
+        return []
     return [rule for rule in rules if rule.wanted(text)]
 
 
