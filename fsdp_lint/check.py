@@ -17,12 +17,12 @@ from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder, version_tuple
 
 from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, ast_confirms, error_diagnostic, lint_text, wanted_rules
+from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, error_diagnostic, lint_text, wanted_rules
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.rules import select_rules
 from fsdp_lint.rules.base import Rule
-from fsdp_lint.screen import live_rules, parse
+from fsdp_lint.screen import confirmed_live_rules
 from fsdp_lint.source import (
     FileChangedError, SourceError, SourceFile, WriteRefused, decode_source, read_source, write_atomic,
 )
@@ -183,7 +183,7 @@ def cheap_answer(source: SourceFile, settings: Settings) -> Optional[FileReport]
         hit = settings.cache.get(key, source.path)
         if hit is not None:
             return FileReport(source.path, hit)
-    if not ast_confirms(source.text, wanted) or not live_rules(parse(source.text), wanted):
+    if not confirmed_live_rules(source.text, wanted):
         if key is not None:
             settings.cache.put(key, [])
         return FileReport(source.path)

@@ -105,6 +105,13 @@ def _block(statements: List[ast.stmt], key: int, guards: tuple, push) -> None:
         push(item)
 
 
+class _Soft(tuple):
+    """The holders of a node inside an annotation (the compiler may drop it)."""
+
+
+_SOFT = _Soft()
+
+
 class _Frame:
     """What one ``def`` holds (key 0: module level and class bodies)."""
 
@@ -122,7 +129,8 @@ class Summary:
     """One walk over a module's ``ast``: what the screens ask."""
 
     def __init__(self, tree: ast.Module) -> None:
-        self.identifiers: Set[str] = set()  # names, attributes, imports, defs, parameters
+        self.identifiers: Set[str] = set()  # names, attributes, imports, defs, parameters (code)
+        self.soft: Set[str] = set()  # identifiers also seen in annotations, ``global`` and ``nonlocal``
         self.strings: Set[str] = set()  # str constants
         self.keywords: Set[str] = set()  # keyword argument names of calls
         self.imported_modules: Set[str] = set()
@@ -145,13 +153,28 @@ class Summary:
         self._qualnames: Dict[str, Set[str]] = {}
         self._cache: Dict[str, object] = {}
         self._walk(tree)
+        self.names = self.identifiers | self.soft  # what the screens read (the facts see annotations)
+
+    def confirms(self, rules: Sequence[type], text: str) -> bool:
+        """``engine.ast_confirms`` (a rule's first marker group names an identifier the
+        compiled code uses), read from the walk: an identifier of code answers yes, one
+        seen only in an annotation or a ``global`` statement is left to the compiler."""
+        wanted = {marker for rule in rules for marker in rule.markers[0]}
+        code = self.identifiers | self.imported_modules
+        if not code.isdisjoint(wanted):
+            return True
+        if self.soft.isdisjoint(wanted):
+            return False
+        from fsdp_lint.engine import ast_confirms
+
+        return ast_confirms(text, rules)
 
     # -- the walk ----------------------------------------------------------------------
     def _walk(self, tree: ast.Module) -> None:
         """Iterative; each item carries its frame, the calls in whose arguments it sits,
         and the ``if`` tests guarding it in its frame."""
         identifiers, strings, frames, guarded = self.identifiers, self.strings, self.frames, self.guards
-        calls_by_name = self.calls_by_name
+        calls_by_name, soft = self.calls_by_name, self.soft
         stack: List[Tuple[ast.AST, int, tuple, tuple]] = []
         push = stack.append
         _block(tree.body, 0, (), push)
@@ -159,10 +182,10 @@ class Summary:
             node, key, holders, guards = stack.pop()
             kind = type(node)
             if kind is ast.Name:
-                identifiers.add(node.id)
+                (soft if type(holders) is _Soft else identifiers).add(node.id)
                 continue
             if kind is ast.Attribute:
-                identifiers.add(node.attr)
+                (soft if type(holders) is _Soft else identifiers).add(node.attr)
                 push((node.value, key, holders, guards))
                 continue
             if kind is ast.Constant:
@@ -182,6 +205,8 @@ class Summary:
                     if holders and name in _PARAMETER_CALLS and type(func) is ast.Attribute and _dotted(func.value):
                         self.param_holders.update(map(id, holders))
                 inner = holders + (node,)
+                if type(holders) is _Soft:
+                    inner = _Soft(inner)
                 for keyword in reversed(node.keywords):
                     if keyword.arg:
                         self.keywords.add(keyword.arg)
@@ -225,6 +250,10 @@ class Summary:
                     self.annotated.setdefault(dotted, []).append(node.annotation)
                 if node.value is not None:
                     self._bind(node.target, node.value, key)
+                    push((node.value, key, holders, guards))
+                push((node.annotation, key, _SOFT, guards))
+                push((node.target, key, holders, guards))
+                continue
             elif kind in (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith):
                 # ``for``/``with ... as`` bindings: the facts' partials may come from them
                 pairs = [(node.target, node.iter)] if kind in (ast.For, ast.AsyncFor) else [
@@ -265,7 +294,7 @@ class Summary:
                         self.imported.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
                 continue
             elif kind in (ast.Global, ast.Nonlocal):
-                identifiers.update(node.names)
+                soft.update(node.names)
                 continue
             elif kind is ast.ExceptHandler:
                 if node.name:
@@ -320,11 +349,11 @@ class Summary:
             frame.params.add(arg.arg)
             if arg.annotation is not None:
                 self.annotated.setdefault(arg.arg, []).append(arg.annotation)
-                push((arg.annotation, outer, (), guards))
+                push((arg.annotation, outer, _SOFT, guards))
         for default in (*args.defaults, *(d for d in args.kw_defaults if d is not None)):
             push((default, outer, (), guards))
         if node.returns is not None:
-            push((node.returns, outer, (), guards))
+            push((node.returns, outer, _SOFT, guards))
 
     def _bind(self, target, value, key: int) -> None:
         if type(target) in (ast.Tuple, ast.List):
@@ -617,7 +646,7 @@ def _cpu_device(s: Summary) -> bool:
 
 def _offload(s: Summary) -> bool:
     """Parameters on the CPU somewhere (``offload.cpu_param_evidence``)."""
-    return not s.identifiers.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_device(s)
+    return not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_device(s)
 
 
 def _summons(s: Summary) -> List[ast.Call]:
@@ -656,13 +685,13 @@ def _fsd001(s: Summary) -> bool:
 
 
 def _fsd002(s: Summary) -> bool:
-    return bool(_summons(s)) and not s.identifiers.isdisjoint(("backward", "step"))
+    return bool(_summons(s)) and not s.names.isdisjoint(("backward", "step"))
 
 
 def _fsd003(s: Summary) -> bool:
     # parameters on the CPU device, and a summon or a full state dict offloaded to the CPU
     return (
-        (bool(_summons(s)) or not s.identifiers.isdisjoint(("FullStateDictConfig", "StateDictOptions")))
+        (bool(_summons(s)) or not s.names.isdisjoint(("FullStateDictConfig", "StateDictOptions")))
         and _cpu_device(s)
     )
 
@@ -684,7 +713,7 @@ def _fsd009(s: Summary) -> bool:
 
 
 def _fsd010(s: Summary) -> bool:
-    return bool(_summons(s)) and _passed(s, "offload_to_cpu") and "NO_SHARD" in s.identifiers
+    return bool(_summons(s)) and _passed(s, "offload_to_cpu") and "NO_SHARD" in s.names
 
 
 def _fsd011(s: Summary) -> bool:
@@ -734,7 +763,7 @@ def _stale_plugin(s: Summary) -> bool:
 
 def _fsd101(s: Summary) -> bool:
     # an optimizer and a wrap (or a framework wrap) in the same function
-    identifiers = s.identifiers
+    identifiers = s.names
     framework = (s.imports_from("accelerate") and _stale_plugin(s)) or (
         s.imports_from("lightning") and any(i.endswith("ModelParallelStrategy") for i in identifiers)
     )
@@ -780,7 +809,7 @@ def _fsd102(s: Summary) -> bool:
 
 def _fsd103(s: Summary) -> bool:
     # ``m.cuda()`` / ``m.to(...)`` with ``m`` from an FSDP1 wrap, in a file that offloads
-    if not s.fsdp1_wraps() or s.identifiers.isdisjoint(("CPUOffload", "CPUOffloadPolicy")):
+    if not s.fsdp1_wraps() or s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")):
         return False
     for name in ("cuda", "to"):
         for call in s.calls_by_name.get(name, ()):
@@ -816,7 +845,7 @@ def _framework_methods(s: Summary, call: ast.Call) -> Set[str]:
     elif last == "trainer":
         frameworks.update(("hf_trainer", "lightning_trainer"))
     if dotted == "self":
-        if any(i.endswith("Trainer") for i in s.identifiers):
+        if any(i.endswith("Trainer") for i in s.names):
             frameworks.add("hf_trainer")
     elif s.flow("framework", lambda node: _is_framework_constructor(s, node)).may_reach(
         [receiver], s.call_frames[id(call)]
@@ -1026,6 +1055,24 @@ def screen(tree: ast.Module, rules: Iterable[type]) -> List[type]:
     """``live_rules`` without its safety net (the tests call this)."""
     summary = Summary(tree)
     return [rule for rule in rules if rule.code not in _SCREENS or _SCREENS[rule.code](summary)]
+
+
+def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
+    """The command line's cheap stages after the markers: the compiled-names stage
+    (``Summary.confirms``: [] when no rule's topic is named in code) and the screen, from
+    one ``ast`` parse.  Text CPython cannot parse keeps every rule (libcst decides)."""
+    tree = parse(text)
+    if tree is None:
+        return list(rules)
+    try:
+        summary = Summary(tree)
+        if not summary.confirms(rules, text):
+            return []
+        return [rule for rule in rules if rule.code not in _SCREENS or _SCREENS[rule.code](summary)]
+    except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
+        from fsdp_lint.engine import ast_confirms
+
+        return list(rules) if ast_confirms(text, rules) else []
 
 
 def live_rules(tree: Optional[ast.Module], rules: Iterable[type]) -> List[type]:

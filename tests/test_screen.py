@@ -269,3 +269,32 @@ def test_corner_fires_and_is_kept(name, monkeypatch):
     assert any(d.code == code or (d.code == "FSD901" and code in d.message) for d in whole)
     assert code in {r.code for r in screen.screen(screen.parse(text), ALL_RULES)}
     assert _seen(lint_text_sliced(text, "corner.py", ALL_RULES, None).diagnostics) == _seen(whole)
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
+def test_names_stage_read_from_the_ast_is_the_compilers(path):
+    """``Summary.confirms`` answers as ``engine.ast_confirms`` (compiled names) does, and the
+    marker gate as the markers do."""
+    from fsdp_lint.engine import ast_confirms, wanted_rules
+
+    text = path.read_text()
+    assert wanted_rules(text, ALL_RULES) == [r for r in ALL_RULES if r.wanted(text)]
+    tree = screen.parse(text)
+    if tree is None:
+        return
+    for rule in ALL_RULES:
+        assert screen.Summary(tree).confirms([rule], text) == ast_confirms(text, [rule]), rule.code
+
+
+def test_a_name_only_in_annotations_is_left_to_the_compiler():
+    from fsdp_lint.engine import ast_confirms
+    from fsdp_lint.rules import BY_CODE
+
+    rules = [BY_CODE["FSD012"]]
+    for text in (
+        "from __future__ import annotations\ndef f(m: x.summon_full_params): pass\n",
+        "def f(m: x.summon_full_params): pass\n",
+        "def f():\n    m: x.summon_full_params = 1\n",
+        "x: y.summon_full_params\n",
+    ):
+        assert screen.Summary(screen.parse(text)).confirms(rules, text) == ast_confirms(text, rules), text
