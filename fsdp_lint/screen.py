@@ -151,6 +151,7 @@ class Summary:
         self.aliased: Dict[str, List[ast.expr]] = {}  # plain name -> dotted values assigned to it
         self.call_values: Dict[str, List[ast.Call]] = {}  # dotted name -> calls whose value it is bound to
         self._qualnames: Dict[str, Set[str]] = {}
+        self._callees: Dict[int, Set[str]] = {}
         self._cache: Dict[str, object] = {}
         self._walk(tree)
         self.names = self.identifiers | self.soft  # what the screens read (the facts see annotations)
@@ -374,12 +375,17 @@ class Summary:
     def qualnames(self, expr) -> Set[str]:
         """The qualified names ``expr`` may stand for (``facts.imports``: a name's absolute
         imports, or the dotted value it is assigned, then the attributes after it)."""
-        kind = type(expr)
-        if kind is ast.Attribute:
-            return {f"{q}.{expr.attr}" for q in self.qualnames(expr.value)}
-        if kind is not ast.Name:
-            return set()
-        return self._name_qualnames(expr.id, set())
+        parts = []
+        while type(expr) is ast.Attribute:
+            parts.append(expr.attr)
+            expr = expr.value
+        if type(expr) is not ast.Name or (expr.id not in self.imported and expr.id not in self.aliased):
+            return set()  # not a name an import (or an alias of one) binds
+        found = self._name_qualnames(expr.id, set())
+        if parts and found:
+            rest = ".".join(reversed(parts))
+            found = {f"{q}.{rest}" for q in found}
+        return found
 
     def _name_qualnames(self, name: str, seen: Set[str]) -> Set[str]:
         hit = self._qualnames.get(name)
@@ -403,12 +409,16 @@ class Summary:
     def callee(self, call: ast.Call) -> Set[str]:
         """The callee's qualified names, and the callable a name bound to
         ``functools.partial(F, ...)`` stands for (``fsdp_modules``: a partial of FSDP)."""
-        func = call.func
-        found = self.qualnames(func)
-        dotted = _dotted(func)
-        for value in self.call_values.get(dotted, ()) if dotted is not None else ():
-            if value.args and _PARTIAL in self.qualnames(value.func):
-                found |= self.qualnames(value.args[0])
+        memo = self._callees
+        found = memo.get(id(call))
+        if found is None:
+            func = call.func
+            found = self.qualnames(func)
+            dotted = _dotted(func)
+            for value in self.call_values.get(dotted, ()) if dotted is not None else ():
+                if value.args and _PARTIAL in self.qualnames(value.func):
+                    found = found | self.qualnames(value.args[0])
+            memo[id(call)] = found
         return found
 
     def imports_from(self, package: str) -> bool:
