@@ -283,17 +283,17 @@ def lint_text_sliced(
     active = wanted_rules(text, rules)
     if not active:
         return result
-    from fsdp_lint.screen import live_rules, parse, screened
+    from fsdp_lint.screen import live_rules_and_sites, parse
 
-    tree = parse(text) if screened(active) or (slice_from is not None and len(text) >= slice_from) else None
-    active = live_rules(tree, active)
+    tree = parse(text)
+    active, sites = live_rules_and_sites(tree, active)
     if not active:
         return result  # no selected rule can report anything here: libcst is not needed
     piece = None
     if slice_from is not None and len(text) >= slice_from:
         from fsdp_lint.slicing import MAX_SHARE, slice_text
 
-        piece = slice_text(text, active, slice_from, 1.0 if slice_from == 0 else MAX_SHARE, tree)
+        piece = slice_text(text, active, slice_from, 1.0 if slice_from == 0 else MAX_SHARE, tree, sites)
     module, error = _parse(text if piece is None else piece.text, filename, parser)
     if error is not None and piece is not None:
         piece = None  # the error and its position come from the whole text, as without slicing

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import ast
 import warnings
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
@@ -43,7 +43,9 @@ from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
 from fsdp_lint.rules.fsd105_generate_outside_summon import ENTRY_POINTS, INNER
-from fsdp_lint.rules.fsd106_grad_norm_read_per_rank import NORM_FUNCTIONS, TOTAL_NORM
+from fsdp_lint.rules.fsd106_grad_norm_read_per_rank import (
+    BUILTIN_READS, GATHERS, NORM_FUNCTIONS, PASS_THROUGH, READS, TOTAL_NORM,
+)
 from fsdp_lint.rules.fsd107_cast_after_wrap import CAST_METHODS, TORCH_DTYPES
 from fsdp_lint.rules.fsd108_save_on_every_rank import DISTRIBUTED_SETUP, SAFETENSORS_SAVE, TORCH_SAVE, SaveOnEveryRank
 
@@ -690,49 +692,59 @@ def _passed(s: Summary, name: str) -> bool:
     return name in s.keywords or name in s.strings
 
 
-def _fsd001(s: Summary) -> bool:
-    return bool(_summons(s)) and _offload(s)
+def _fsd001(s: Summary) -> Iterator[ast.AST]:
+    if _offload(s):
+        yield from _summons(s)
 
 
-def _fsd002(s: Summary) -> bool:
-    return bool(_summons(s)) and not s.names.isdisjoint(("backward", "step"))
+def _fsd002(s: Summary) -> Iterator[ast.AST]:
+    if not s.names.isdisjoint(("backward", "step")):
+        yield from _summons(s)
 
 
-def _fsd003(s: Summary) -> bool:
+def _fsd003(s: Summary) -> Iterator[ast.AST]:
     # parameters on the CPU device, and a summon or a full state dict offloaded to the CPU
-    return (
-        (bool(_summons(s)) or not s.names.isdisjoint(("FullStateDictConfig", "StateDictOptions")))
-        and _cpu_device(s)
-    )
+    if not _cpu_device(s):
+        return
+    yield from _summons(s)
+    configs = torch_api.FULL_STATE_DICT_CONFIG | torch_api.STATE_DICT_OPTIONS
+    for frame in s.frames.values():
+        yield from (c for c in frame.calls if not s.callee(c).isdisjoint(configs))
 
 
-def _fsd004(s: Summary) -> bool:
-    return bool(_summons(s)) and _passed(s, "rank0_only")
+def _fsd004(s: Summary) -> Iterator[ast.AST]:
+    if _passed(s, "rank0_only"):
+        yield from _summons(s)
 
 
-def _fsd005(s: Summary) -> bool:
-    return bool(_summons(s))
+def _fsd005(s: Summary) -> Iterator[ast.AST]:
+    # FSD005, FSD007 (a step inside the summon block), FSD008 (a summon in a forward or hook)
+    yield from _summons(s)
 
 
-def _fsd006(s: Summary) -> bool:
-    return bool(_summons(s)) and _passed(s, "offload_to_cpu")
+def _fsd006(s: Summary) -> Iterator[ast.AST]:
+    if _passed(s, "offload_to_cpu"):
+        yield from _summons(s)
 
 
-def _fsd009(s: Summary) -> bool:
-    return bool(_summons(s)) and _passed(s, "with_grads")
+def _fsd009(s: Summary) -> Iterator[ast.AST]:
+    if _passed(s, "with_grads"):
+        yield from _summons(s)
 
 
-def _fsd010(s: Summary) -> bool:
-    return bool(_summons(s)) and _passed(s, "offload_to_cpu") and "NO_SHARD" in s.names
+def _fsd010(s: Summary) -> Iterator[ast.AST]:
+    if _passed(s, "offload_to_cpu") and "NO_SHARD" in s.names:
+        yield from _summons(s)
 
 
-def _fsd011(s: Summary) -> bool:
-    return bool(_summons(s)) and s.fsdp2_wraps()
+def _fsd011(s: Summary) -> Iterator[ast.AST]:
+    if s.fsdp2_wraps():
+        yield from _summons(s)
 
 
-def _fsd012(s: Summary) -> bool:
+def _fsd012(s: Summary) -> Iterator[ast.AST]:
     # a bare ``...summon_full_params(...)`` statement, whatever the receiver
-    return any(id(c) in s.bare for c in s.calls_by_name.get(torch_api.SUMMON, ()))
+    yield from (c for c in s.calls_by_name.get(torch_api.SUMMON, ()) if id(c) in s.bare)
 
 
 def _optimizer_class(s: Summary, node: ast.AST) -> bool:
@@ -771,7 +783,7 @@ def _stale_plugin(s: Summary) -> bool:
     return False
 
 
-def _fsd101(s: Summary) -> bool:
+def _fsd101(s: Summary) -> Iterator[ast.AST]:
     # an optimizer and a wrap (or a framework wrap) in the same function
     identifiers = s.names
     framework = (s.imports_from("accelerate") and _stale_plugin(s)) or (
@@ -779,7 +791,7 @@ def _fsd101(s: Summary) -> bool:
     )
     wrapping = {key for key, _, _, _ in s.wraps()}
     if not wrapping and not framework:
-        return False
+        return
     factories = {
         f.name for f in s.frames.values()
         if f.name is not None and f.returns_value and any(_builds_optimizer(s, c) for c in f.calls)
@@ -792,14 +804,13 @@ def _fsd101(s: Summary) -> bool:
         for call in frame.calls:
             name = _last(call.func)
             if name in OPTIMIZER_FACTORY_METHODS or name in factories or _builds_optimizer(s, call):
-                return True
-    return False
+                yield call
 
 
-def _fsd102(s: Summary) -> bool:
+def _fsd102(s: Summary) -> Iterator[ast.AST]:
     # ``clip_grad_norm_(m.parameters(), ...)`` with ``m`` from an FSDP1 wrap
     if not s.fsdp1_wraps():
-        return False
+        return
     for frame in s.frames.values():
         for call in frame.calls:
             if s.qualnames(call.func).isdisjoint(torch_api.CLIP_GRAD_NORM):
@@ -813,19 +824,17 @@ def _fsd102(s: Summary) -> bool:
                 and first.func.attr == "parameters"
                 and _from_fsdp1(s, first.func.value, call)
             ):
-                return True
-    return False
+                yield call
 
 
-def _fsd103(s: Summary) -> bool:
+def _fsd103(s: Summary) -> Iterator[ast.AST]:
     # ``m.cuda()`` / ``m.to(...)`` with ``m`` from an FSDP1 wrap, in a file that offloads
     if not s.fsdp1_wraps() or s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")):
-        return False
+        return
     for name in ("cuda", "to"):
         for call in s.calls_by_name.get(name, ()):
             if type(call.func) is ast.Attribute and _from_fsdp1(s, call.func.value, call):
-                return True
-    return False
+                yield call
 
 
 def _is_framework_constructor(s: Summary, node: ast.AST) -> bool:
@@ -868,7 +877,7 @@ def _framework_methods(s: Summary, call: ast.Call) -> Set[str]:
     return methods
 
 
-def _fsd104(s: Summary) -> bool:
+def _fsd104(s: Summary) -> Iterator[ast.AST]:
     # a collective (``collectives.torch_collective``, ``frameworks.framework_collective``)
     # under a rank test or in a one-rank function
     all_methods = set().union(*ALWAYS.values(), *WITH_FSDP.values())
@@ -898,8 +907,7 @@ def _fsd104(s: Summary) -> bool:
         for call in frame.calls:
             guards = s.guards.get(id(call))
             if (guards or frame.one_rank) and collective(call) and (frame.one_rank or ranks.may_reach(guards, key)):
-                return True
-    return False
+                yield call
 
 
 def _on_subgroup(call: ast.Call, names: Set[str]) -> bool:
@@ -924,13 +932,13 @@ def _from_fsdp1(s: Summary, expr: ast.AST, call: ast.Call) -> bool:
     return s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([expr], s.call_frames[id(call)])
 
 
-def _fsd105(s: Summary) -> bool:
+def _fsd105(s: Summary) -> Iterator[ast.AST]:
     # ``m.generate(...)`` where ``m`` is FSDP1-wrapped in the function (or ``self.m`` anywhere),
     # or annotated as FSDP
     wraps = s.wraps()
     fsdp1 = set().union(*(names for _, _, first, names in wraps if first))
     if not s.fsdp1_wraps() and not s.fsdp1_annotated():
-        return False
+        return
     for key, frame in s.frames.items():
         local = None
         for call in frame.calls:
@@ -946,26 +954,28 @@ def _fsd105(s: Summary) -> bool:
                     break
             if "." in owner:
                 if owner in fsdp1:
-                    return True
+                    yield call
                 continue
             if local is None:
                 local = set().union(*(names for k, _, _, names in wraps if k == key))
             if owner in local or owner in s.fsdp1_annotated():
-                return True
-    return False
+                yield call
 
 
-def _fsd106(s: Summary) -> bool:
-    # a gradient norm of an FSDP2 model: ``clip_grad_norm_``/``get_total_norm``, or a norm
-    # of ``p.grad`` (``torch.norm(p.grad)``, ``p.grad.norm()``)
+def _fsd106(s: Summary) -> Iterator[ast.AST]:
+    # a gradient norm of an FSDP2 model (``clip_grad_norm_``/``get_total_norm``, a norm of
+    # ``p.grad``: ``torch.norm(p.grad)``, ``p.grad.norm()``), and the reads of it
+    # (``.item()``, ``float(...)``): of the call itself or of a name bound to it
     if not s.fsdp2_wraps():
-        return False
+        return
+    norms = []
     for frame in s.frames.values():
         for call in frame.calls:
             names = s.callee(call)
-            if not names.isdisjoint(TOTAL_NORM):
-                return True
             func = call.func
+            if not names.isdisjoint(TOTAL_NORM):
+                norms.append(call)
+                continue
             if not names.isdisjoint(NORM_FUNCTIONS):
                 target = call.args[0] if call.args else None
             elif type(func) is ast.Attribute and func.attr == "norm":
@@ -973,8 +983,27 @@ def _fsd106(s: Summary) -> bool:
             else:
                 continue
             if type(target) is ast.Attribute and target.attr == "grad":
-                return True
-    return False
+                norms.append(call)
+    if not norms:
+        return
+    yield from norms
+    ids = {id(c) for c in norms}
+    named = set().union(*(s.assigned_to.get(i, ()) for i in ids))
+    for frame in s.frames.values():
+        for call in frame.calls:
+            func = call.func
+            if type(func) is ast.Attribute and func.attr in READS:
+                inner = func.value
+            elif type(func) is ast.Name and func.id in BUILTIN_READS and len(call.args) == 1:
+                inner = call.args[0]
+            else:
+                continue
+            while type(inner) is ast.Call and type(inner.func) is ast.Attribute and id(inner) not in ids and (
+                inner.func.attr in PASS_THROUGH | GATHERS
+            ):
+                inner = inner.func.value
+            if id(inner) in ids or _dotted(inner) in named:
+                yield call
 
 
 def _casts(s: Summary, call: ast.Call) -> bool:
@@ -987,12 +1016,12 @@ def _casts(s: Summary, call: ast.Call) -> bool:
     )
 
 
-def _fsd107(s: Summary) -> bool:
+def _fsd107(s: Summary) -> Iterator[ast.AST]:
     # a cast of a name an FSDP wrap binds (FSDP2: or takes), in the wrap's function (an
     # attribute: anywhere)
     wraps = s.wraps()
     if not wraps:
-        return False
+        return
     anywhere = set().union(*(names for _, _, _, names in wraps))
     for key, frame in s.frames.items():
         local = None
@@ -1004,35 +1033,35 @@ def _fsd107(s: Summary) -> bool:
             if receiver is None or receiver not in anywhere or not _casts(s, call):
                 continue
             if "." in receiver:
-                return True
+                yield call
+                continue
             if local is None:
                 local = set().union(*(names for k, _, _, names in wraps if k == key))
             if receiver in local:
-                return True
-    return False
+                yield call
 
 
-def _fsd108(s: Summary) -> bool:
+def _fsd108(s: Summary) -> Iterator[ast.AST]:
     # a save in a function that sets up FSDP or the process group, in a file using FSDP
     wraps = s.wraps()
     if not wraps and not s.imports_from(torch_api.FSDP_PACKAGE):
-        return False
+        return
     wrapped = set().union(*(names for _, _, _, names in wraps)) | s.fsdp1_annotated()
     for frame in s.frames.values():
         if not any(not s.qualnames(c.func).isdisjoint(DISTRIBUTED_SETUP | _WRAPS) for c in frame.calls):
             continue
         for call in frame.calls:
             if not s.qualnames(call.func).isdisjoint(_SAVES):
-                return True
+                yield call
+                continue
             func = call.func
             if type(func) is ast.Attribute and func.attr == "save_pretrained":
                 receiver = _dotted(func.value)
                 if receiver is not None and SaveOnEveryRank._is_model(receiver, wrapped):
-                    return True
-    return False
+                    yield call
 
 
-_SCREENS: Dict[str, Callable[[Summary], bool]] = {
+_SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
     "FSD001": _fsd001,
     "FSD002": _fsd002,
     "FSD003": _fsd003,
@@ -1061,10 +1090,15 @@ def screened(rules: Iterable[type]) -> bool:
     return any(rule.code in _SCREENS for rule in rules)
 
 
+def _fires(summary: Summary, rule) -> bool:
+    screen_of = _SCREENS.get(rule.code)
+    return screen_of is None or next(iter(screen_of(summary)), None) is not None
+
+
 def screen(tree: ast.Module, rules: Iterable[type]) -> List[type]:
     """``live_rules`` without its safety net (the tests call this)."""
     summary = Summary(tree)
-    return [rule for rule in rules if rule.code not in _SCREENS or _SCREENS[rule.code](summary)]
+    return [rule for rule in rules if _fires(summary, rule)]
 
 
 def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
@@ -1078,7 +1112,7 @@ def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
         summary = Summary(tree)
         if not summary.confirms(rules, text):
             return []
-        return [rule for rule in rules if rule.code not in _SCREENS or _SCREENS[rule.code](summary)]
+        return [rule for rule in rules if _fires(summary, rule)]
     except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
         from fsdp_lint.engine import ast_confirms
 
@@ -1095,3 +1129,48 @@ def live_rules(tree: Optional[ast.Module], rules: Iterable[type]) -> List[type]:
         return screen(tree, rules)
     except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
         return rules
+
+
+def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> Tuple[List[type], Optional[Set[int]]]:
+    """``live_rules``, and the lines where their findings may stand (every candidate site
+    of every live rule, and the lines the facts read file-wide: ``evidence_lines``); None
+    when some live rule has no screen (or the screen fails): the slice then keeps what
+    its own closure finds."""
+    rules = list(rules)
+    if tree is None:
+        return rules, None
+    try:
+        summary = Summary(tree)
+        live: List[type] = []
+        lines: Set[int] = set()
+        unknown = False
+        for rule in rules:
+            screen_of = _SCREENS.get(rule.code)
+            if screen_of is None:
+                live.append(rule)
+                unknown = True
+                continue
+            sites = [node.lineno for node in screen_of(summary)]
+            if sites:
+                live.append(rule)
+                lines.update(sites)
+        return live, (None if unknown else lines | evidence_lines(summary))
+    except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
+        return rules, None
+
+
+def evidence_lines(summary: Summary) -> Set[int]:
+    """Lines the facts read for the whole file, wherever a finding stands: a framework's
+    FSDP switch (``frameworks.shows_fsdp``: ``fsdp_plugin=``, ``fsdp_config=``,
+    ``strategy="fsdp"``, ``fsdp="full_shard"``)."""
+    found = set()
+    for frame in summary.frames.values():
+        for call in frame.calls:
+            for keyword in call.keywords:
+                if keyword.arg in ("fsdp_plugin", "fsdp_config"):
+                    found.add(call.lineno)
+                elif keyword.arg in ("strategy", "fsdp"):
+                    value = keyword.value.value if type(keyword.value) is ast.Constant else None
+                    if type(value) is str and ("fsdp" in value or "full_shard" in value or "shard_grad_op" in value):
+                        found.add(call.lineno)
+    return found

@@ -71,6 +71,10 @@ _API_NAMES = frozenset(
         "state_dict_type", "set_state_dict_type", "MixedPrecision",
         # framework switches the facts read file-wide (``TrainingArguments(fsdp=...)``)
         "fsdp", "fsdp_config", "fsdp_plugin", "FullyShardedDataParallelPlugin",
+        # FSD108: a function setting up the process group saves there
+        "init_process_group",
+        # frameworks' FSDP configurations the facts read file-wide
+        "ModelParallelStrategy", "FSDPStrategy",
     }
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
@@ -477,15 +481,27 @@ def _units(tree: ast.Module) -> List[_Unit]:
     return units
 
 
+def seed_group(rule) -> Tuple[str, ...]:
+    """The marker group that names a rule's topic: its first, or a later one whose shortest
+    marker is longer (``FullyShardedDataParallel``, not ``to``: FSD107's casts are reached
+    from the wrap, through the names it binds; a unit holding ``.to(`` is no seed)."""
+    group = rule.markers[0]
+    for other in rule.markers[1:]:
+        if min(map(len, other)) > min(map(len, group)):
+            group = other
+    return group
+
+
 def vocabulary_for(rules: Sequence[type]) -> Tuple[Set[str], Tuple[str, ...]]:
     """(identifiers that make a statement a seed, marker strings searched in its text)."""
     markers = set()
     for rule in rules:
         if rule.markers:
-            markers.update(rule.markers[0])
+            markers.update(seed_group(rule))
     identifiers = set(_API_NAMES)
     for marker in markers:
-        identifiers.update(_IDENTIFIER.findall(marker))
+        if "." not in marker:  # ``torch.distributed.fsdp``: imports, kept anyway
+            identifiers.update(_IDENTIFIER.findall(marker))
     return identifiers, tuple(sorted(markers))
 
 
@@ -750,22 +766,26 @@ class _TooMuch(Exception):
 
 
 def choose(
-    text: str, rules: Sequence[type], max_share: float = 1.0, tree: Optional[ast.Module] = None
+    text: str, rules: Sequence[type], max_share: float = 1.0, tree: Optional[ast.Module] = None,
+    sites: Optional[Set[int]] = None,
 ) -> Optional[Tuple[List[_Unit], Set[int]]]:
     """The units of ``text`` and the indices of those the slice keeps (None: not sliceable,
     or the kept lines would pass ``max_share`` of the file's).  ``tree``: ``text``'s
-    ``ast``, when the caller has it."""
+    ``ast``, when the caller has it.  ``sites``: the lines where a finding of ``rules``
+    may stand (``screen.live_rules_and_sites``): they are the seeds, with the units naming
+    a torch API the facts read file-wide, and nothing is followed forward from them but
+    one level of callers."""
     if tree is None:
         tree = _parse(text)
     if tree is None or not tree.body:
         return None
     units = _units(tree)
-    vocabulary, markers = vocabulary_for(rules)
+    vocabulary, markers = vocabulary_for(rules if sites is None else ())
     lines = text.splitlines(keepends=True)
     index = _Index(units, lines, vocabulary)
     index.limit = max_share * len(lines) if max_share < 1.0 else None
     try:
-        return _choose(index, markers, vocabulary)
+        return _choose(index, markers, vocabulary, sites)
     except _TooMuch:
         return None
 
@@ -776,7 +796,20 @@ def _check_size(index: "_Index", kept: Set[int]) -> None:
             index.take(i)
 
 
-def _choose(index: "_Index", markers, vocabulary) -> Optional[Tuple[List[_Unit], Set[int]]]:
+def _site_units(units: List[_Unit], sites: Set[int]) -> List[int]:
+    """The units holding these lines (a member rather than its class's header unit)."""
+    found = []
+    lines = sorted(sites)
+    for i, unit in enumerate(units):
+        at = bisect.bisect_left(lines, unit.first)
+        if at < len(lines) and lines[at] <= unit.last:
+            found.append(i)
+    return found
+
+
+def _choose(
+    index: "_Index", markers, vocabulary, sites: Optional[Set[int]] = None
+) -> Optional[Tuple[List[_Unit], Set[int]]]:
     units, lines = index.units, index.lines
     importing = sorted(index.mentioning(("import",)))
     index.importing = importing
@@ -800,7 +833,7 @@ def _choose(index: "_Index", markers, vocabulary) -> Optional[Tuple[List[_Unit],
     # the markers as the file filter reads them (substrings: ``FullyShardedDataParallel``
     # also finds ``FullyShardedDataParallelPlugin``, which the facts know too)
     textual = tuple(markers)
-    frontier = []
+    frontier = [] if sites is None else _site_units(units, sites)
     for i, unit in enumerate(units):
         if textual and any(marker in index.texts[i] for marker in textual):
             frontier.append(i)
@@ -812,48 +845,70 @@ def _choose(index: "_Index", markers, vocabulary) -> Optional[Tuple[List[_Unit],
             frontier.append(i)
     chains: Set[str] = set()  # dotted names bound from something relevant (``self.model = FSDP(...)``)
     locals_seen: Set[str] = set()
+    # units kept only because they call a function of a relevant unit: the facts follow
+    # calls one level (``loops.per_step_via_call``, ``offload``'s callers of a wrap), so
+    # the functions such a unit defines make no further callers relevant (only those
+    # whose ``return`` carries something relevant: ``dataflow`` follows returns up)
+    callers: Set[int] = set()
+    processed: Dict[int, bool] = {}  # unit -> processed as a caller only
     while frontier:
-        added = []
+        added: List[int] = []
+        full_queued: Set[int] = set()
+
+        def queue(j: int, full: bool) -> None:
+            if full:
+                callers.discard(j)
+                full_queued.add(j)
+            elif j in processed or j in full_queued or j in callers:
+                return
+            else:
+                callers.add(j)
+            added.append(j)
+            index.take(j)
+
         for i in frontier:
-            if i in kept:
-                continue
+            as_caller = i in callers
+            if i in processed and (not processed[i] or as_caller):
+                continue  # done, and not to be followed further than it was
+            processed[i] = as_caller
             kept.add(i)
             unit = index.unit(i)
             if unit.top_import:
-                new, referenced, new_chains, local = unit.vocabulary_aliases - relevant, set(), set(), set()
+                defs, functions, new_chains, local = unit.vocabulary_aliases - relevant, set(), set(), set()
+            elif sites is not None:
+                # every site is a seed: only the callers of a seed's functions (one level:
+                # ``loops.per_step_via_call``, ``offload``'s callers of a wrap, hooks by name)
+                defs, new_chains, local = set(), set(), set()
+                functions = set() if as_caller else {name for name, _, _ in unit.functions}
             else:
-                new, referenced, new_chains, local = _passed_on(unit, relevant, chains, lines)
-                new -= relevant
-                referenced -= relevant
+                defs, functions, new_chains, local = _passed_on(unit, relevant, chains, lines, as_caller)
+                defs -= relevant
+                functions -= relevant
                 new_chains -= chains
                 local -= locals_seen
-            relevant |= new | referenced
+            new = defs | functions
+            relevant |= new
             chains |= new_chains
             locals_seen |= local
-            heads = new | referenced | local | {c.rsplit(".", 1)[-1] for c in new_chains}
             for j in sorted(index.mentioning(new | local)):
                 # a name it defines, read anywhere (over-approximated by the text's words); a
                 # local name bound from something relevant (``model = FSDP(net)``): the facts'
                 # file-wide name sets reach a unit where that name is a parameter or not
-                # bound (``def save(model): model.state_dict()``)
-                if j not in kept and (
-                    not index.words(j).isdisjoint(new)
-                    or any(
-                        index.open_name(j, name) and name in index.unit(j).uses_any
-                        for name in local & index.words(j)
-                    )
-                ):
-                    added.append(j)
-                    index.take(j)
-            for j in sorted(index.mentioning(referenced | {c.rsplit(".", 1)[-1] for c in new_chains})):
-                if j in kept:
+                # bound (``def save(model): model.state_dict()``); a caller of a function
+                if processed.get(j) is False:
                     continue
-                other = index.unit(j)
-                if not (other.referenced | other.decorator_names).isdisjoint(referenced) or not (
-                    other.uses_any | other.binds_any
-                ).isdisjoint(new_chains):
-                    added.append(j)
-                    index.take(j)
+                words = index.words(j)
+                if not words.isdisjoint(defs) or any(
+                    index.open_name(j, name) and name in index.unit(j).uses_any for name in local & words
+                ):
+                    queue(j, True)
+                elif not words.isdisjoint(functions):
+                    queue(j, False)
+            for j in sorted(index.mentioning({c.rsplit(".", 1)[-1] for c in new_chains})):
+                if processed.get(j) is False:
+                    continue
+                if not (index.unit(j).uses_any | index.unit(j).binds_any).isdisjoint(new_chains):
+                    queue(j, True)
         frontier = added
     if not kept:
         return None  # nothing relevant found (markers only in comments between statements): parse it all
@@ -863,14 +918,16 @@ def _choose(index: "_Index", markers, vocabulary) -> Optional[Tuple[List[_Unit],
     return units, kept
 
 
-def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[str]):
-    """What a relevant statement makes relevant elsewhere: (identifiers, function names
-    that count only where they are referenced rather than called, dotted names).
+def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[str], as_caller: bool = False):
+    """What a relevant statement makes relevant elsewhere: (identifiers it defines, the
+    functions it defines, dotted names, local names).
 
     - what it defines at module scope (a helper, a model class, ``model = FSDP(...)``);
-    - the functions and methods it defines whose ``return`` mentions something relevant
-      (their callers get an FSDP model: ``model = self._wrap(net)``), and all of them as
-      references (``register_forward_hook(self._log)``: the facts know hooks by name);
+    - the functions and methods it defines: their callers (the facts follow a call into a
+      helper: a summon in a function that a training loop calls) and references
+      (``register_forward_hook(self._log)``: the facts know hooks by name); for a unit kept
+      only as a caller (``as_caller``), those whose ``return`` mentions something relevant
+      (their callers get an FSDP model: ``model = self._wrap(net)``);
     - the attributes and names it binds from something relevant (``self.model = FSDP(m)``:
       the facts know the names that hold an FSDP module, in every function).
     """
@@ -898,9 +955,7 @@ def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[st
                 break
     dotted = {t for t in bound if "." in t}
     local = {t for t in bound if "." not in t} - unit.defines
-    # the facts follow calls into functions (a summon in a helper that a training loop
-    # calls): every caller of a function defined here is relevant
-    return identifiers | functions | (bound & unit.defines), set(), dotted, local
+    return identifiers | (bound & unit.defines), returning if as_caller else functions, dotted, local
 
 
 def _close(index: _Index, kept: Set[int], importing: List[int]) -> None:
@@ -991,15 +1046,15 @@ def _keep_enough(units: List[_Unit], kept: Set[int], holders: Sequence[int], key
 
 def slice_text(
     text: str, rules: Sequence[type], min_chars: int = MIN_CHARS, max_share: float = MAX_SHARE,
-    tree: Optional[ast.Module] = None,
+    tree: Optional[ast.Module] = None, sites: Optional[Set[int]] = None,
 ) -> Optional[Slice]:
     """The slice of ``text`` for ``rules``, or None to lint the whole text (``tree``:
-    ``text``'s ``ast``, when the caller has it)."""
+    ``text``'s ``ast``, when the caller has it; ``sites``: see ``choose``)."""
     if len(text) < min_chars:
         return None
     if _ODD_LINE_ENDS.search(text) or text.count("\r") != text.count("\r\n"):
         return None  # str.splitlines, ast and libcst may disagree on what ends a line
-    chosen = choose(text, rules, max_share, tree)
+    chosen = choose(text, rules, max_share, tree, sites)
     if chosen is None:
         return None
     units, kept = chosen
