@@ -1,10 +1,11 @@
 """Linting one file's text: pre-filter, one libcst parse, one traversal, all rules.
 
-    text -> markers pre-filter -> slice (large files: the top-level statements the rules
-         can need, chosen with ``ast``; ``slicing``) -> libcst parse -> facts.index (one
-         traversal) -> each rule's check (queries the shared facts) -> positions (only
-         when a rule reported something; mapped back from the slice) -> suppression
-         -> diagnostics
+    text -> markers pre-filter -> ``ast`` screen (which rules can fire, and where;
+         ``screen``) -> slice (large files: the top-level statements holding the
+         candidate sites and what the facts read for them; ``slicing``) -> libcst parse
+         -> facts.index (one traversal) -> each rule's check (queries the shared facts)
+         -> positions (only when a rule reported something; mapped back from the slice)
+         -> suppression -> diagnostics
 
 Fixes are turned into minimal text edits here; applying them is ``fixer``'s job.
 """
@@ -26,11 +27,11 @@ SYNTAX_ERROR = ("FSD900", "syntax-error")
 INTERNAL_ERROR = ("FSD901", "internal-error")
 IO_ERROR = ("FSD902", "io-error")
 REPORT_URL = "https://github.com/fsdp-lint/fsdp-lint/issues"
-# Slicing large files (``fsdp_lint.slicing``) is off by default: the facts on main now follow
-# calls into helpers and take file-wide framework evidence that the slice does not keep yet
-# (tests/test_slicing.py lists the known differences).  FSDP_LINT_SLICE=on slices large
-# files, FSDP_LINT_SLICE=all files of any size (tests and benchmarks only).
-_SLICE_MODE = os.environ.get("FSDP_LINT_SLICE", "0")
+# Large files are sliced (``fsdp_lint.slicing``): libcst parses the statements holding the
+# screen's candidate sites and what the facts read for them.  FSDP_LINT_SLICE=0 (or off)
+# parses every file whole; FSDP_LINT_SLICE=all slices files of any size (tests and
+# benchmarks only).
+_SLICE_MODE = os.environ.get("FSDP_LINT_SLICE", "on")
 
 
 @dataclass

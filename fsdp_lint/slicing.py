@@ -11,16 +11,21 @@ slice maps to one in the file by a per-chunk shift (``Slice.to_original``).
 
 Which units are kept (a closure; when unsure, keep):
 
-1. seeds: units whose code names a rule's topic (the first marker group of a selected
-   rule: ``summon_full_params``, ``FullyShardedDataParallel``, ...) or a torch API name the
-   facts recognise, or an import alias of one (``FSDP``); a name the file binds only to
-   something else (``from .utils import get_state_dict``) does not count where it stands
-   as a plain name;
-2. forward, from every seed and every unit it brings in: what it defines at module scope;
-   the functions and methods whose ``return`` mentions something relevant (callers get an
-   FSDP model from them); all functions it defines, where they are referenced rather than
-   called (hooks are known by name); attributes bound from relevant values (the facts know
-   ``self.model`` as FSDP by name);
+1. seeds: the units holding a candidate site of a selected rule (``screen``: every call
+   where one of its findings may stand, and the lines the facts read file-wide), and the
+   units naming a torch API the facts recognise (``FullyShardedDataParallel``,
+   ``summon_full_params``, ``CPUOffload``, ...; the wraps, summons and configurations the
+   facts collect for the whole file) or an import alias of one (``FSDP``); a name the file
+   binds only to something else (``from .utils import get_state_dict``) does not count
+   where it stands as a plain name.  Without sites (a rule the screen does not know), the
+   units naming a rule's topic (its rarest marker group: ``FullyShardedDataParallel``
+   rather than FSD107's ``to``) are seeds too, and step 2 follows them forward;
+2. forward: the callers of every function a seed defines (one level: the facts follow a
+   call once, ``loops.per_step_via_call``, ``offload``'s callers of a wrap; references
+   too, hooks are known by name).  Without sites, also: what a relevant unit defines at
+   module scope; attributes and names bound from relevant values (the facts know
+   ``self.model`` as FSDP by name), the units using them, transitively; and the functions
+   whose ``return`` carries something relevant (their callers get an FSDP model);
 3. every top-level ``import``, and one importer of each module the file imports anywhere
    (the facts ask whether the file imports fairscale);
 4. backward, transitively: for each name the kept code uses, its definitions at module
@@ -34,10 +39,11 @@ Which units are kept (a closure; when unsure, keep):
    read flows from a decorator's arguments into the function;
 5. a kept member brings its class header, and a header its class attributes.
 
-What this does not keep: a unit whose only tie to the FSDP code is a *local* name that
-happens to match (``model.state_dict()`` in an unrelated test while another test wraps its
-own ``model``); the facts' name-keyed sets could connect them, but they are different
-variables.  ``tests/test_slicing.py`` and ``bench/compare_slicing.py`` check that slicing
+What the closure alone does not keep: a unit whose only tie to the FSDP code is a *local*
+name that happens to match (``model.state_dict()`` in an unrelated test while another test
+wraps its own ``model``); the facts' name-keyed sets could connect them, but they are
+different variables.  With sites, such a unit is kept when the screen finds a candidate
+site in it (a rank-guarded ``model.state_dict()``).  ``tests/test_slicing.py`` and ``bench/compare_slicing.py`` check that slicing
 changes no diagnostic, position or fix on the fixtures, on large generated modules and on
 the benchmark corpora.
 
