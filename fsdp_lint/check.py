@@ -170,10 +170,11 @@ def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
     return settings.cache.key(source.raw, [rule.code for rule in rules])
 
 
-def cheap_answer(source: SourceFile, settings: Settings) -> Optional[FileReport]:
+def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True) -> Optional[FileReport]:
     """The file's report when the cheap stages settle it (text markers, the cache, then
-    compiled names, then the ``ast`` screen), or None when it needs libcst.  A file these
-    stages clear is cached as clean, so a warm run skips even them."""
+    the ``ast`` stage: compiled names and the screen), or None when it needs libcst (or,
+    without ``ast_stage``, the ``ast`` stage).  A file these stages clear is cached as
+    clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
     wanted = wanted_rules(source.text, rules)
     if not wanted:
@@ -183,6 +184,8 @@ def cheap_answer(source: SourceFile, settings: Settings) -> Optional[FileReport]
         hit = settings.cache.get(key, source.path)
         if hit is not None:
             return FileReport(source.path, hit)
+    if not ast_stage:
+        return None
     if not confirmed_live_rules(source.text, wanted):
         if key is not None:
             settings.cache.put(key, [])
@@ -206,11 +209,15 @@ def _init_worker(settings: Settings) -> None:
     then the settings, which arrive once, not with every file."""
     global _WORKER_SETTINGS
     worker_signals()
-    _WORKER_SETTINGS = settings
-    import libcst  # noqa: F401 - imported while the parent is still reading files
+    _WORKER_SETTINGS = settings  # libcst is imported by the first file that needs it
 
 
 def _worker(source: SourceFile) -> FileReport:
+    """A file the main process passed on after its markers: the ``ast`` stage here (in
+    parallel), then libcst when some rule can fire."""
+    answer = cheap_answer(source, _WORKER_SETTINGS)
+    if answer is not None:
+        return answer
     return process_source(source, _WORKER_SETTINGS, False)
 
 
@@ -269,9 +276,11 @@ def _collect(submitted, settings: Settings, reports: List[FileReport], retry: Li
 
 
 def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[FileReport]:
-    """Read every file once; files the cheap stages settle are answered at once.  The rest
-    need libcst: with ``jobs`` > 1 each is handed to a worker process as soon as it is
-    found, so parsing overlaps reading; the main process writes the fixes.  A worker that
+    """Read every file once; files the cheap stages settle are answered at once.  With
+    ``jobs`` > 1 the rest (files whose markers match) are handed to worker processes as
+    soon as they are found, so the ``ast`` stage and libcst's parse run in parallel and
+    overlap reading; with one job the main process runs them.  The main process writes the
+    fixes.  A worker that
     dies (a crash in native code) breaks the pool; its files are retried one process each,
     so the file that crashes is named in an FSD901 diagnostic and every other file still
     gets its answer.  An interruption (``Interrupted``, any exception) stops the workers at
@@ -290,10 +299,11 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
             except SourceError as exc:
                 reports.append(FileReport(path, [error_diagnostic(IO_ERROR, path, str(exc), exc.row, exc.column)]))
                 continue
-            answer = cheap_answer(source, settings)
+            pooled = jobs > 1 and len(paths) > 1
+            answer = cheap_answer(source, settings, ast_stage=not pooled)  # workers do the ast stage
             if answer is not None:
                 reports.append(answer)
-            elif jobs > 1 and len(paths) > 1:
+            elif pooled:
                 if pool is None:
                     pool = _pool(jobs, settings)
                 futures.append((source, _submit(pool, source)))
