@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fsdp_lint.engine import _parse, wanted_rules
 from fsdp_lint.rules import ALL_RULES
-from fsdp_lint.screen import _SCREENS as SCREENS, Summary, parse
+from fsdp_lint.screen import Summary, fires, parse
 from fsdp_lint.slicing import MAX_SHARE, MIN_CHARS, slice_text
 
 
@@ -64,7 +64,7 @@ def main(argv=None) -> None:
                 else:
                     named += 1
                     named_chars += len(text)
-                    live = [r for r in active if r.code not in SCREENS or SCREENS[r.code](summary)]
+                    live = [r for r in active if fires(summary, r)]
             totals["ast"] += time.process_time() - t1
             if not live:
                 continue

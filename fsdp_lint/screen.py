@@ -1090,7 +1090,8 @@ def screened(rules: Iterable[type]) -> bool:
     return any(rule.code in _SCREENS for rule in rules)
 
 
-def _fires(summary: Summary, rule) -> bool:
+def fires(summary: Summary, rule) -> bool:
+    """Whether ``rule`` may report something on the module ``summary`` describes."""
     screen_of = _SCREENS.get(rule.code)
     return screen_of is None or next(iter(screen_of(summary)), None) is not None
 
@@ -1098,7 +1099,7 @@ def _fires(summary: Summary, rule) -> bool:
 def screen(tree: ast.Module, rules: Iterable[type]) -> List[type]:
     """``live_rules`` without its safety net (the tests call this)."""
     summary = Summary(tree)
-    return [rule for rule in rules if _fires(summary, rule)]
+    return [rule for rule in rules if fires(summary, rule)]
 
 
 def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
@@ -1112,7 +1113,7 @@ def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
         summary = Summary(tree)
         if not summary.confirms(rules, text):
             return []
-        return [rule for rule in rules if _fires(summary, rule)]
+        return [rule for rule in rules if fires(summary, rule)]
     except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
         from fsdp_lint.engine import ast_confirms
 
