@@ -255,7 +255,9 @@ class Summary:
                     self._bind(node.target, node.value, key)
                     push((node.value, key, holders, guards))
                 push((node.annotation, key, _SOFT, guards))
-                push((node.target, key, holders, guards))
+                # ``x: int`` without a value binds no name the compiler lists (at module
+                # level it only fills ``__annotations__``)
+                push((node.target, key, holders if node.value is not None else _SOFT, guards))
                 continue
             elif kind in (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith):
                 # ``for``/``with ... as`` bindings: the facts' partials may come from them
@@ -687,9 +689,15 @@ def _summons(s: Summary) -> List[ast.Call]:
     return found
 
 
-def _passed(s: Summary, name: str) -> bool:
-    """A summon argument given (``summon.value``): a keyword, or a key of a ``**`` dict."""
-    return name in s.keywords or name in s.strings
+def _passed(s: Summary, call: ast.Call, name: str) -> bool:
+    """``summon.value(name)`` may be given at this summon: by keyword, by position
+    (``summon_full_params(m, True, False, True)``), or in a ``**`` dict (a string key, or
+    ``dict(name=...)``)."""
+    if any(k.arg == name for k in call.keywords):
+        return True
+    if sum(1 for a in call.args if type(a) is not ast.Starred) > torch_api.SUMMON_PARAMS.index(name):
+        return True
+    return any(k.arg is None for k in call.keywords) and (name in s.keywords or name in s.strings)
 
 
 def _fsd001(s: Summary) -> Iterator[ast.AST]:
@@ -713,8 +721,7 @@ def _fsd003(s: Summary) -> Iterator[ast.AST]:
 
 
 def _fsd004(s: Summary) -> Iterator[ast.AST]:
-    if _passed(s, "rank0_only"):
-        yield from _summons(s)
+    yield from (c for c in _summons(s) if _passed(s, c, "rank0_only"))
 
 
 def _fsd005(s: Summary) -> Iterator[ast.AST]:
@@ -723,18 +730,16 @@ def _fsd005(s: Summary) -> Iterator[ast.AST]:
 
 
 def _fsd006(s: Summary) -> Iterator[ast.AST]:
-    if _passed(s, "offload_to_cpu"):
-        yield from _summons(s)
+    yield from (c for c in _summons(s) if _passed(s, c, "offload_to_cpu"))
 
 
 def _fsd009(s: Summary) -> Iterator[ast.AST]:
-    if _passed(s, "with_grads"):
-        yield from _summons(s)
+    yield from (c for c in _summons(s) if _passed(s, c, "with_grads"))
 
 
 def _fsd010(s: Summary) -> Iterator[ast.AST]:
-    if _passed(s, "offload_to_cpu") and "NO_SHARD" in s.names:
-        yield from _summons(s)
+    if "NO_SHARD" in s.names:
+        yield from (c for c in _summons(s) if _passed(s, c, "offload_to_cpu"))
 
 
 def _fsd011(s: Summary) -> Iterator[ast.AST]:
@@ -764,7 +769,8 @@ def _builds_optimizer(s: Summary, call: ast.Call) -> bool:
     name = _last(func)
     if name is None:
         return False
-    if OPTIMIZER_NAME.search(name) or "optim" in name.lower() or _optimizer_class(s, func):
+    package = torch_api.OPTIMIZER_PACKAGE + "."
+    if OPTIMIZER_NAME.search(name) or "optim" in name.lower() or any(q.startswith(package) for q in s.qualnames(func)):
         return True
     return s.flow("optimizer_class", lambda node: _optimizer_class(s, node)).may_reach([func], s.call_frames[id(call)])
 

@@ -227,6 +227,23 @@ def train(net):
     with FSDP.summon_full_params(model):
         pass
 '''),
+    "rank0_only passed by position": ("FSD004", '''
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def peek(net):
+    model = FSDP(net)
+    with FSDP.summon_full_params(model, True, True, True):  # recurse, writeback, rank0_only
+        pass
+'''),
+    "optimizer class imported under another name": ("FSD101", '''
+from torch.optim import sgd as Step
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def train(model):
+    optimizer = Step(model.parameters(), lr=0.1)
+    model = FSDP(model)
+    optimizer.step()
+'''),
     "bare summon on any receiver": ("FSD012", '''
 def peek(model):
     model.summon_full_params()
@@ -296,5 +313,8 @@ def test_a_name_only_in_annotations_is_left_to_the_compiler():
         "def f(m: x.summon_full_params): pass\n",
         "def f():\n    m: x.summon_full_params = 1\n",
         "x: y.summon_full_params\n",
+        "summon_full_params: int\n",
+        "def f():\n    summon_full_params: int\n",
+        "global summon_full_params\n",
     ):
         assert screen.Summary(screen.parse(text)).confirms(rules, text) == ast_confirms(text, rules), text
