@@ -43,9 +43,11 @@ What the closure alone does not keep: a unit whose only tie to the FSDP code is 
 name that happens to match (``model.state_dict()`` in an unrelated test while another test
 wraps its own ``model``); the facts' name-keyed sets could connect them, but they are
 different variables.  With sites, such a unit is kept when the screen finds a candidate
-site in it (a rank-guarded ``model.state_dict()``).  ``tests/test_slicing.py`` and ``bench/compare_slicing.py`` check that slicing
-changes no diagnostic, position or fix on the fixtures, on large generated modules and on
-the benchmark corpora.
+site in it (a rank-guarded ``model.state_dict()``).  Also kept: every ``if`` at module level
+or in a class body with a branch that leaves the block (``if rank != 0: raise``): the facts
+guard every statement after it.  ``tests/test_slicing.py``, ``tests/test_screen.py`` (generated
+modules) and ``bench/compare_slicing.py`` check that slicing changes no diagnostic, position
+or fix on the fixtures, on large generated modules and on the benchmark corpora.
 
 A file that ``ast`` cannot parse, a short one, or one whose slice would keep most of it is
 not sliced; ``engine`` parses it whole.
@@ -918,10 +920,22 @@ def _choose(
         frontier = added
     if not kept:
         return None  # nothing relevant found (markers only in comments between statements): parse it all
+    # an ``if`` with a branch that leaves the block (``if rank != 0: raise ...`` at module
+    # level or in a class body) guards every statement after it (``facts.index``)
+    kept.update(i for i, unit in enumerate(units) if any(map(_exits_early, unit.nodes)))
     # 3: top-level imports
     kept.update(i for i in importing if units[i].top_import and units[i].parent is None)
     _close(index, kept, importing)
     return units, kept
+
+
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _exits_early(node: ast.AST) -> bool:
+    return type(node) is ast.If and any(
+        branch and isinstance(branch[-1], _EXITS) for branch in (node.body, node.orelse)
+    )
 
 
 def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[str], as_caller: bool = False):
