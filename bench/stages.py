@@ -1,12 +1,13 @@
 """Where fsdp-lint's time goes on a tree, stage by stage, in one process (CPU seconds,
-``time.perf_counter`` around each stage; the pool, start-up and reading are left out).
+``time.process_time`` around each stage; the pool, start-up and reading are left out).
 
     python bench/stages.py /work/corpus/dense [--top 8]
 
-Stages: text markers, the compiled-names stage, then for the files that pass both: the
-slice (``ast`` parse and the closure), the libcst parse (of the slice, or of the whole text
-when not sliced), the facts walk, the rules; and, for comparison, the libcst parse of the
-whole text.  Prints totals and the most expensive files.
+Stages: text markers; the ``ast`` stage (one ``ast.parse``, the walk, the compiled-names
+check and the screen of which rules can fire: ``screen.confirmed_live_rules``); then for the
+files some rule can fire on: the slice (the closure over the same ``ast``), the libcst parse
+(of the slice, or of the whole text when not sliced), the facts walk, the rules; and, for
+comparison, the libcst parse of the whole text.  Prints totals and the most expensive files.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import argparse
 import time
 from pathlib import Path
 
-from fsdp_lint.engine import _parse, ast_confirms, wanted_rules
+from fsdp_lint.engine import _parse, wanted_rules
 from fsdp_lint.rules import ALL_RULES
+from fsdp_lint.screen import Summary, fires, parse
 from fsdp_lint.slicing import MAX_SHARE, MIN_CHARS, slice_text
 
 
@@ -37,8 +39,9 @@ def main(argv=None) -> None:
 
     from fsdp_lint.facts.index import index_module
 
-    totals = dict(markers=0.0, names=0.0, slice=0.0, parse=0.0, facts=0.0, rules=0.0, whole_parse=0.0)
-    files = candidates = sliced = chars = kept = 0
+    totals = dict(markers=0.0, ast=0.0, slice=0.0, parse=0.0, facts=0.0, rules=0.0, whole_parse=0.0)
+    files = named = candidates = sliced = chars = kept = 0
+    named_chars = 0
     rows = []
     for tree in args.trees:
         for path in sorted(Path(tree).rglob("*.py")):
@@ -46,40 +49,52 @@ def main(argv=None) -> None:
                 continue
             files += 1
             text = path.read_text(encoding="utf-8", errors="replace")
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             active = wanted_rules(text, ALL_RULES)
-            t1 = time.perf_counter()
+            t1 = time.process_time()
             totals["markers"] += t1 - t0
             if not active:
                 continue
-            confirmed = ast_confirms(text, active)
-            totals["names"] += time.perf_counter() - t1
-            if not confirmed:
+            module = parse(text)
+            live = active
+            if module is not None:
+                summary = Summary(module)
+                if not summary.confirms(active, text):
+                    live = []
+                else:
+                    named += 1
+                    named_chars += len(text)
+                    live = [r for r in active if fires(summary, r)]
+            totals["ast"] += time.process_time() - t1
+            if not live:
                 continue
+            active = live
             candidates += 1
-            t2 = time.perf_counter()
-            piece = slice_text(text, active, MIN_CHARS, MAX_SHARE)
-            t3 = time.perf_counter()
+            t2 = time.process_time()
+            piece = slice_text(text, active, MIN_CHARS, MAX_SHARE, module)
+            t3 = time.process_time()
             module, error = _parse(text if piece is None else piece.text, str(path))
-            t4 = time.perf_counter()
+            t4 = time.process_time()
             if module is None:
                 continue
             facts = index_module(module)
-            t5 = time.perf_counter()
+            t5 = time.process_time()
             for rule in active:
                 rule().check(facts, _Quiet())
-            t6 = time.perf_counter()
+            t6 = time.process_time()
             _parse(text, str(path))
-            t7 = time.perf_counter()
+            t7 = time.process_time()
             chars += len(text)
             kept += len(text) if piece is None else len(piece.text)
             sliced += piece is not None
             for key, value in (("slice", t3 - t2), ("parse", t4 - t3), ("facts", t5 - t4), ("rules", t6 - t5),
                                ("whole_parse", t7 - t6)):
                 totals[key] += value
-            rows.append((t6 - t2, t7 - t6, len(text), 0 if piece is None else len(piece.text), str(path)))
-    print(f"{files} files; {candidates} reach libcst ({chars:,} characters), {sliced} sliced; "
-          f"libcst parses {kept:,} characters ({kept / max(chars, 1):.0%})")
+            rows.append((t6 - t2, t7 - t6, len(text), 0 if piece is None else len(piece.text),
+                         f"{path} ({','.join(r.code for r in active)})"))
+    print(f"{files} files; {named} pass the names check ({named_chars:,} characters); {candidates} have a rule "
+          f"that can fire and reach libcst ({chars:,} characters), {sliced} sliced; libcst parses {kept:,} characters "
+          f"({kept / max(chars, 1):.0%})")
     print("CPU seconds: " + ", ".join(f"{key} {value:.2f}" for key, value in totals.items()))
     rows.sort(reverse=True)
     for spent, whole, size, part, name in rows[: args.top]:

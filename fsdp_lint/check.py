@@ -15,15 +15,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Type
 
-from fsdp_lint import lazy_libcst
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder, version_tuple
 from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, ast_confirms, error_diagnostic, lint_text, wanted_rules
+from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, error_diagnostic, lint_text, wanted_rules
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.rules import select_rules
 from fsdp_lint.rules.base import Rule
+from fsdp_lint.screen import confirmed_live_rules
 from fsdp_lint.source import (
     FileChangedError, SourceError, SourceFile, WriteRefused, decode_source, read_source, write_atomic,
 )
@@ -171,10 +171,11 @@ def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
     return settings.cache.key(source.raw, [rule.code for rule in rules])
 
 
-def cheap_answer(source: SourceFile, settings: Settings) -> Optional[FileReport]:
+def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True) -> Optional[FileReport]:
     """The file's report when the cheap stages settle it (text markers, the cache, then
-    compiled names), or None when it needs libcst.  A file the name stage clears is cached
-    as clean, so a warm run skips even that stage."""
+    the ``ast`` stage: compiled names and the screen), or None when it needs libcst (or,
+    without ``ast_stage``, the ``ast`` stage).  A file these stages clear is cached as
+    clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
     wanted = wanted_rules(source.text, rules)
     if not wanted:
@@ -184,7 +185,9 @@ def cheap_answer(source: SourceFile, settings: Settings) -> Optional[FileReport]
         hit = settings.cache.get(key, source.path)
         if hit is not None:
             return FileReport(source.path, hit)
-    if not ast_confirms(source.text, wanted):
+    if not ast_stage:
+        return None
+    if not confirmed_live_rules(source.text, wanted):
         if key is not None:
             settings.cache.put(key, [])
         return FileReport(source.path)
@@ -207,11 +210,15 @@ def _init_worker(settings: Settings) -> None:
     then the settings, which arrive once, not with every file."""
     global _WORKER_SETTINGS
     worker_signals()
-    _WORKER_SETTINGS = settings
-    lazy_libcst.load()  # while the parent is still reading files
+    _WORKER_SETTINGS = settings  # libcst is imported by the first file that needs it
 
 
 def _worker(source: SourceFile) -> FileReport:
+    """A file the main process passed on after its markers: the ``ast`` stage here (in
+    parallel), then libcst when some rule can fire."""
+    answer = cheap_answer(source, _WORKER_SETTINGS)
+    if answer is not None:
+        return answer
     return process_source(source, _WORKER_SETTINGS, False)
 
 
@@ -267,9 +274,11 @@ def _collect(submitted, settings: Settings, reports: List[FileReport], retry: Li
 
 
 def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[FileReport]:
-    """Read every file once; files the cheap stages settle are answered at once.  The rest
-    need libcst: with ``jobs`` > 1 each is handed to a worker process as soon as it is
-    found, so parsing overlaps reading; the main process writes the fixes.  A worker that
+    """Read every file once; files the cheap stages settle are answered at once.  With
+    ``jobs`` > 1 the rest (files whose markers match) are handed to worker processes as
+    soon as they are found, so the ``ast`` stage and libcst's parse run in parallel and
+    overlap reading; with one job the main process runs them.  The main process writes the
+    fixes.  A worker that
     dies (a crash in native code) breaks the pool; its files are retried one process each,
     so the file that crashes is named in an FSD901 diagnostic and every other file still
     gets its answer.  An interruption (``Interrupted``, any exception) stops the workers at
@@ -286,10 +295,11 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
             except SourceError as exc:
                 reports.append(FileReport(path, [error_diagnostic(IO_ERROR, path, str(exc), exc.row, exc.column)]))
                 continue
-            answer = cheap_answer(source, settings)
+            pooled = jobs > 1 and len(paths) > 1
+            answer = cheap_answer(source, settings, ast_stage=not pooled)  # workers do the ast stage
             if answer is not None:
                 reports.append(answer)
-            elif jobs > 1 and len(paths) > 1:
+            elif pooled:
                 if pool is None:
                     pool = _pool(jobs, settings)
                 futures.append((source, _submit(pool, source)))

@@ -1,10 +1,11 @@
 """Linting one file's text: pre-filter, one libcst parse, one traversal, all rules.
 
-    text -> markers pre-filter -> slice (large files: the top-level statements the rules
-         can need, chosen with ``ast``; ``slicing``) -> libcst parse -> facts.index (one
-         traversal) -> each rule's check (queries the shared facts) -> positions (only
-         when a rule reported something; mapped back from the slice) -> suppression
-         -> diagnostics
+    text -> markers pre-filter -> ``ast`` screen (which rules can fire, and where;
+         ``screen``) -> slice (large files: the top-level statements holding the
+         candidate sites and what the facts read for them; ``slicing``) -> libcst parse
+         -> facts.index (one traversal) -> each rule's check (queries the shared facts)
+         -> positions (only when a rule reported something; mapped back from the slice)
+         -> suppression -> diagnostics
 
 Fixes are turned into minimal text edits here; applying them is ``fixer``'s job.
 """
@@ -15,10 +16,9 @@ import ast
 import os
 import re
 import traceback
-import types
 import warnings
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Type
+from typing import List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -27,6 +27,7 @@ from fsdp_lint.facts.index import index_module
 from fsdp_lint.noqa import Suppressions
 from fsdp_lint.positions import Positions
 from fsdp_lint.rules.base import Reporter, Rule
+from fsdp_lint.screen import ast_confirms, live_rules_and_sites, parse  # noqa: F401 - ast_confirms: callers ask the engine
 from fsdp_lint.slicing import MAX_SHARE, MIN_CHARS, slice_text
 from fsdp_lint.source import line_starts
 
@@ -34,11 +35,11 @@ SYNTAX_ERROR = ("FSD900", "syntax-error")
 INTERNAL_ERROR = ("FSD901", "internal-error")
 IO_ERROR = ("FSD902", "io-error")
 REPORT_URL = "https://github.com/fsdp-lint/fsdp-lint/issues"
-# Slicing large files (``fsdp_lint.slicing``) is off by default: the facts on main now follow
-# calls into helpers and take file-wide framework evidence that the slice does not keep yet
-# (tests/test_slicing.py lists the known differences).  FSDP_LINT_SLICE=on slices large
-# files, FSDP_LINT_SLICE=all files of any size (tests and benchmarks only).
-_SLICE_MODE = os.environ.get("FSDP_LINT_SLICE", "0")
+# Large files are sliced (``fsdp_lint.slicing``): libcst parses the statements holding the
+# screen's candidate sites and what the facts read for them.  FSDP_LINT_SLICE=0 (or off)
+# parses every file whole; FSDP_LINT_SLICE=all slices files of any size (tests and
+# benchmarks only).
+_SLICE_MODE = os.environ.get("FSDP_LINT_SLICE", "on")
 
 
 @dataclass
@@ -53,34 +54,55 @@ def error_diagnostic(kind, filename: str, message: str, row: int = 1, column: in
     return Diagnostic(code, name, message, filename, loc, loc, statement_rows=(row, row))
 
 
+_GATES: dict = {}
+
+
+def _gate(rules: Sequence[Type[Rule]]):
+    """Strings one of which every file wanted by some of ``rules`` contains: from each
+    rule, its first marker group, or a later one whose shortest marker is longer (rarer:
+    ``FullyShardedDataParallel`` rather than ``to``); a string containing another is left
+    out.  None when a rule has no markers (every file is wanted)."""
+    key = tuple(rule.code for rule in rules)
+    if key not in _GATES:
+        strings = set()
+        for rule in rules:
+            if not rule.markers:
+                _GATES[key] = None
+                return None
+            group = rule.markers[0]
+            for other in rule.markers[1:]:
+                if min(map(len, other)) > min(map(len, group)):
+                    group = other
+            strings.update(group)
+        _GATES[key] = _factored(sorted(m for m in strings if not any(o != m and o in m for o in strings)))
+    return _GATES[key]
+
+
+def _factored(strings: List[str], width: int = 10) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+    """The gate as (key, strings that contain it) pairs: a piece several strings share is
+    searched once (``state_dict`` for the seven ``*state_dict`` markers)."""
+    groups = []
+    left = list(strings)
+    while True:
+        counts: dict = {}
+        for string in left:
+            for piece in {string[i : i + width] for i in range(len(string) - width + 1)}:
+                counts[piece] = counts.get(piece, 0) + 1
+        piece, count = max(counts.items(), key=lambda item: (item[1], item[0]), default=("", 0))
+        if count < 3:
+            break
+        groups.append((piece, tuple(m for m in left if piece in m)))
+        left = [m for m in left if piece not in m]
+    return tuple(groups) + tuple((m, (m,)) for m in left)
+
+
 def wanted_rules(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
-    """Stage 1: the rules whose text markers all occur in the file."""
+    """Stage 1: the rules whose text markers all occur in the file (most files contain
+    none of the gate's strings and are settled by them alone)."""
+    gate = _gate(rules)
+    if gate is not None and not any(key in text and any(m in text for m in group) for key, group in gate):
+        return []
     return [rule for rule in rules if rule.wanted(text)]
-
-
-def ast_confirms(text: str, rules: Sequence[Type[Rule]]) -> bool:
-    """Stage 2: a rule's first marker group names an identifier the code really uses
-    (an attribute, a global, an imported name; never a string, comment or docstring).
-
-    CPython compiles the file (C speed, nothing is run) and the names of its code objects
-    are searched; measured faster than ``ast.parse`` alone.  Where CPython cannot compile
-    the file (newer syntax, invalid code), the answer is yes: libcst decides, never at a
-    finding's price."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            code = compile(text, "<fsdp-lint>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return True
-    wanted = {marker for rule in rules for marker in rule.markers[0]}
-    stack = [code]
-    while stack:
-        code = stack.pop()
-        for name in (*code.co_names, *code.co_varnames, *code.co_cellvars, *code.co_freevars):
-            if name in wanted or ("." in name and wanted.intersection(name.split("."))):
-                return True
-        stack.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
-    return False
 
 
 MAX_NESTING = 200  # CPython's own limit on nested brackets ("too many nested parentheses")
@@ -233,9 +255,13 @@ def lint_text_sliced(
     active = wanted_rules(text, rules)
     if not active:
         return result
+    tree = parse(text)
+    active, sites = live_rules_and_sites(tree, active)
+    if not active:
+        return result  # no selected rule can report anything here: libcst is not needed
     piece = None
     if slice_from is not None and len(text) >= slice_from:
-        piece = slice_text(text, active, slice_from, 1.0 if slice_from == 0 else MAX_SHARE)
+        piece = slice_text(text, active, slice_from, 1.0 if slice_from == 0 else MAX_SHARE, tree, sites)
     module, error = _parse(text if piece is None else piece.text, filename, parser)
     if error is not None and piece is not None:
         piece = None  # the error and its position come from the whole text, as without slicing

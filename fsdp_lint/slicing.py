@@ -11,16 +11,21 @@ slice maps to one in the file by a per-chunk shift (``Slice.to_original``).
 
 Which units are kept (a closure; when unsure, keep):
 
-1. seeds: units whose code names a rule's topic (the first marker group of a selected
-   rule: ``summon_full_params``, ``FullyShardedDataParallel``, ...) or a torch API name the
-   facts recognise, or an import alias of one (``FSDP``); a name the file binds only to
-   something else (``from .utils import get_state_dict``) does not count where it stands
-   as a plain name;
-2. forward, from every seed and every unit it brings in: what it defines at module scope;
-   the functions and methods whose ``return`` mentions something relevant (callers get an
-   FSDP model from them); all functions it defines, where they are referenced rather than
-   called (hooks are known by name); attributes bound from relevant values (the facts know
-   ``self.model`` as FSDP by name);
+1. seeds: the units holding a candidate site of a selected rule (``screen``: every call
+   where one of its findings may stand, and the lines the facts read file-wide), and the
+   units naming a torch API the facts recognise (``FullyShardedDataParallel``,
+   ``summon_full_params``, ``CPUOffload``, ...; the wraps, summons and configurations the
+   facts collect for the whole file) or an import alias of one (``FSDP``); a name the file
+   binds only to something else (``from .utils import get_state_dict``) does not count
+   where it stands as a plain name.  Without sites (a rule the screen does not know), the
+   units naming a rule's topic (its rarest marker group: ``FullyShardedDataParallel``
+   rather than FSD107's ``to``) are seeds too, and step 2 follows them forward;
+2. forward: the callers of every function a seed defines (one level: the facts follow a
+   call once, ``loops.per_step_via_call``, ``offload``'s callers of a wrap; references
+   too, hooks are known by name).  Without sites, also: what a relevant unit defines at
+   module scope; attributes and names bound from relevant values (the facts know
+   ``self.model`` as FSDP by name), the units using them, transitively; and the functions
+   whose ``return`` carries something relevant (their callers get an FSDP model);
 3. every top-level ``import``, and one importer of each module the file imports anywhere
    (the facts ask whether the file imports fairscale);
 4. backward, transitively: for each name the kept code uses, its definitions at module
@@ -34,12 +39,15 @@ Which units are kept (a closure; when unsure, keep):
    read flows from a decorator's arguments into the function;
 5. a kept member brings its class header, and a header its class attributes.
 
-What this does not keep: a unit whose only tie to the FSDP code is a *local* name that
-happens to match (``model.state_dict()`` in an unrelated test while another test wraps its
-own ``model``); the facts' name-keyed sets could connect them, but they are different
-variables.  ``tests/test_slicing.py`` and ``bench/compare_slicing.py`` check that slicing
-changes no diagnostic, position or fix on the fixtures, on large generated modules and on
-the benchmark corpora.
+What the closure alone does not keep: a unit whose only tie to the FSDP code is a *local*
+name that happens to match (``model.state_dict()`` in an unrelated test while another test
+wraps its own ``model``); the facts' name-keyed sets could connect them, but they are
+different variables.  With sites, such a unit is kept when the screen finds a candidate
+site in it (a rank-guarded ``model.state_dict()``).  Also kept: every ``if`` at module level
+or in a class body with a branch that leaves the block (``if rank != 0: raise``): the facts
+guard every statement after it.  ``tests/test_slicing.py``, ``tests/test_screen.py`` (generated
+modules) and ``bench/compare_slicing.py`` check that slicing changes no diagnostic, position
+or fix on the fixtures, on large generated modules and on the benchmark corpora.
 
 A file that ``ast`` cannot parse, a short one, or one whose slice would keep most of it is
 not sliced; ``engine`` parses it whole.
@@ -70,6 +78,10 @@ _API_NAMES = frozenset(
         "state_dict_type", "set_state_dict_type", "MixedPrecision",
         # framework switches the facts read file-wide (``TrainingArguments(fsdp=...)``)
         "fsdp", "fsdp_config", "fsdp_plugin", "FullyShardedDataParallelPlugin",
+        # FSD108: a function setting up the process group saves there
+        "init_process_group",
+        # frameworks' FSDP configurations the facts read file-wide
+        "ModelParallelStrategy", "FSDPStrategy",
     }
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
@@ -476,15 +488,27 @@ def _units(tree: ast.Module) -> List[_Unit]:
     return units
 
 
+def seed_group(rule) -> Tuple[str, ...]:
+    """The marker group that names a rule's topic: its first, or a later one whose shortest
+    marker is longer (``FullyShardedDataParallel``, not ``to``: FSD107's casts are reached
+    from the wrap, through the names it binds; a unit holding ``.to(`` is no seed)."""
+    group = rule.markers[0]
+    for other in rule.markers[1:]:
+        if min(map(len, other)) > min(map(len, group)):
+            group = other
+    return group
+
+
 def vocabulary_for(rules: Sequence[type]) -> Tuple[Set[str], Tuple[str, ...]]:
     """(identifiers that make a statement a seed, marker strings searched in its text)."""
     markers = set()
     for rule in rules:
         if rule.markers:
-            markers.update(rule.markers[0])
+            markers.update(seed_group(rule))
     identifiers = set(_API_NAMES)
     for marker in markers:
-        identifiers.update(_IDENTIFIER.findall(marker))
+        if "." not in marker:  # ``torch.distributed.fsdp``: imports, kept anyway
+            identifiers.update(_IDENTIFIER.findall(marker))
     return identifiers, tuple(sorted(markers))
 
 
@@ -748,19 +772,27 @@ class _TooMuch(Exception):
     """The slice would keep more than it is worth: parse the whole text."""
 
 
-def choose(text: str, rules: Sequence[type], max_share: float = 1.0) -> Optional[Tuple[List[_Unit], Set[int]]]:
+def choose(
+    text: str, rules: Sequence[type], max_share: float = 1.0, tree: Optional[ast.Module] = None,
+    sites: Optional[Set[int]] = None,
+) -> Optional[Tuple[List[_Unit], Set[int]]]:
     """The units of ``text`` and the indices of those the slice keeps (None: not sliceable,
-    or the kept lines would pass ``max_share`` of the file's)."""
-    tree = _parse(text)
+    or the kept lines would pass ``max_share`` of the file's).  ``tree``: ``text``'s
+    ``ast``, when the caller has it.  ``sites``: the lines where a finding of ``rules``
+    may stand (``screen.live_rules_and_sites``): they are the seeds, with the units naming
+    a torch API the facts read file-wide, and nothing is followed forward from them but
+    one level of callers."""
+    if tree is None:
+        tree = _parse(text)
     if tree is None or not tree.body:
         return None
     units = _units(tree)
-    vocabulary, markers = vocabulary_for(rules)
+    vocabulary, markers = vocabulary_for(rules if sites is None else ())
     lines = text.splitlines(keepends=True)
     index = _Index(units, lines, vocabulary)
     index.limit = max_share * len(lines) if max_share < 1.0 else None
     try:
-        return _choose(index, markers, vocabulary)
+        return _choose(index, markers, vocabulary, sites)
     except _TooMuch:
         return None
 
@@ -771,7 +803,20 @@ def _check_size(index: "_Index", kept: Set[int]) -> None:
             index.take(i)
 
 
-def _choose(index: "_Index", markers, vocabulary) -> Optional[Tuple[List[_Unit], Set[int]]]:
+def _site_units(units: List[_Unit], sites: Set[int]) -> List[int]:
+    """The units holding these lines (a member rather than its class's header unit)."""
+    found = []
+    lines = sorted(sites)
+    for i, unit in enumerate(units):
+        at = bisect.bisect_left(lines, unit.first)
+        if at < len(lines) and lines[at] <= unit.last:
+            found.append(i)
+    return found
+
+
+def _choose(
+    index: "_Index", markers, vocabulary, sites: Optional[Set[int]] = None
+) -> Optional[Tuple[List[_Unit], Set[int]]]:
     units, lines = index.units, index.lines
     importing = sorted(index.mentioning(("import",)))
     index.importing = importing
@@ -795,7 +840,7 @@ def _choose(index: "_Index", markers, vocabulary) -> Optional[Tuple[List[_Unit],
     # the markers as the file filter reads them (substrings: ``FullyShardedDataParallel``
     # also finds ``FullyShardedDataParallelPlugin``, which the facts know too)
     textual = tuple(markers)
-    frontier = []
+    frontier = [] if sites is None else _site_units(units, sites)
     for i, unit in enumerate(units):
         if textual and any(marker in index.texts[i] for marker in textual):
             frontier.append(i)
@@ -807,65 +852,101 @@ def _choose(index: "_Index", markers, vocabulary) -> Optional[Tuple[List[_Unit],
             frontier.append(i)
     chains: Set[str] = set()  # dotted names bound from something relevant (``self.model = FSDP(...)``)
     locals_seen: Set[str] = set()
+    # units kept only because they call a function of a relevant unit: the facts follow
+    # calls one level (``loops.per_step_via_call``, ``offload``'s callers of a wrap), so
+    # the functions such a unit defines make no further callers relevant (only those
+    # whose ``return`` carries something relevant: ``dataflow`` follows returns up)
+    callers: Set[int] = set()
+    processed: Dict[int, bool] = {}  # unit -> processed as a caller only
     while frontier:
-        added = []
+        added: List[int] = []
+        full_queued: Set[int] = set()
+
+        def queue(j: int, full: bool) -> None:
+            if full:
+                callers.discard(j)
+                full_queued.add(j)
+            elif j in processed or j in full_queued or j in callers:
+                return
+            else:
+                callers.add(j)
+            added.append(j)
+            index.take(j)
+
         for i in frontier:
-            if i in kept:
-                continue
+            as_caller = i in callers
+            if i in processed and (not processed[i] or as_caller):
+                continue  # done, and not to be followed further than it was
+            processed[i] = as_caller
             kept.add(i)
             unit = index.unit(i)
             if unit.top_import:
-                new, referenced, new_chains, local = unit.vocabulary_aliases - relevant, set(), set(), set()
+                defs, functions, new_chains, local = unit.vocabulary_aliases - relevant, set(), set(), set()
+            elif sites is not None:
+                # every site is a seed: only the callers of a seed's functions (one level:
+                # ``loops.per_step_via_call``, ``offload``'s callers of a wrap, hooks by name)
+                defs, new_chains, local = set(), set(), set()
+                functions = set() if as_caller else {name for name, _, _ in unit.functions}
             else:
-                new, referenced, new_chains, local = _passed_on(unit, relevant, chains, lines)
-                new -= relevant
-                referenced -= relevant
+                defs, functions, new_chains, local = _passed_on(unit, relevant, chains, lines, as_caller)
+                defs -= relevant
+                functions -= relevant
                 new_chains -= chains
                 local -= locals_seen
-            relevant |= new | referenced
+            new = defs | functions
+            relevant |= new
             chains |= new_chains
             locals_seen |= local
-            heads = new | referenced | local | {c.rsplit(".", 1)[-1] for c in new_chains}
             for j in sorted(index.mentioning(new | local)):
                 # a name it defines, read anywhere (over-approximated by the text's words); a
                 # local name bound from something relevant (``model = FSDP(net)``): the facts'
                 # file-wide name sets reach a unit where that name is a parameter or not
-                # bound (``def save(model): model.state_dict()``)
-                if j not in kept and (
-                    not index.words(j).isdisjoint(new)
-                    or any(
-                        index.open_name(j, name) and name in index.unit(j).uses_any
-                        for name in local & index.words(j)
-                    )
-                ):
-                    added.append(j)
-                    index.take(j)
-            for j in sorted(index.mentioning(referenced | {c.rsplit(".", 1)[-1] for c in new_chains})):
-                if j in kept:
+                # bound (``def save(model): model.state_dict()``); a caller of a function
+                if processed.get(j) is False:
                     continue
-                other = index.unit(j)
-                if not (other.referenced | other.decorator_names).isdisjoint(referenced) or not (
-                    other.uses_any | other.binds_any
-                ).isdisjoint(new_chains):
-                    added.append(j)
-                    index.take(j)
+                words = index.words(j)
+                if not words.isdisjoint(defs) or any(
+                    index.open_name(j, name) and name in index.unit(j).uses_any for name in local & words
+                ):
+                    queue(j, True)
+                elif not words.isdisjoint(functions):
+                    queue(j, False)
+            for j in sorted(index.mentioning({c.rsplit(".", 1)[-1] for c in new_chains})):
+                if processed.get(j) is False:
+                    continue
+                if not (index.unit(j).uses_any | index.unit(j).binds_any).isdisjoint(new_chains):
+                    queue(j, True)
         frontier = added
     if not kept:
         return None  # nothing relevant found (markers only in comments between statements): parse it all
+    # an ``if`` with a branch that leaves the block (``if rank != 0: raise ...`` at module
+    # level or in a class body) guards every statement after it (``facts.index``)
+    kept.update(i for i, unit in enumerate(units) if any(map(_exits_early, unit.nodes)))
     # 3: top-level imports
     kept.update(i for i in importing if units[i].top_import and units[i].parent is None)
     _close(index, kept, importing)
     return units, kept
 
 
-def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[str]):
-    """What a relevant statement makes relevant elsewhere: (identifiers, function names
-    that count only where they are referenced rather than called, dotted names).
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _exits_early(node: ast.AST) -> bool:
+    return type(node) is ast.If and any(
+        branch and isinstance(branch[-1], _EXITS) for branch in (node.body, node.orelse)
+    )
+
+
+def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[str], as_caller: bool = False):
+    """What a relevant statement makes relevant elsewhere: (identifiers it defines, the
+    functions it defines, dotted names, local names).
 
     - what it defines at module scope (a helper, a model class, ``model = FSDP(...)``);
-    - the functions and methods it defines whose ``return`` mentions something relevant
-      (their callers get an FSDP model: ``model = self._wrap(net)``), and all of them as
-      references (``register_forward_hook(self._log)``: the facts know hooks by name);
+    - the functions and methods it defines: their callers (the facts follow a call into a
+      helper: a summon in a function that a training loop calls) and references
+      (``register_forward_hook(self._log)``: the facts know hooks by name); for a unit kept
+      only as a caller (``as_caller``), those whose ``return`` mentions something relevant
+      (their callers get an FSDP model: ``model = self._wrap(net)``);
     - the attributes and names it binds from something relevant (``self.model = FSDP(m)``:
       the facts know the names that hold an FSDP module, in every function).
     """
@@ -893,9 +974,7 @@ def _passed_on(unit: _Unit, relevant: Set[str], chains: Set[str], lines: List[st
                 break
     dotted = {t for t in bound if "." in t}
     local = {t for t in bound if "." not in t} - unit.defines
-    # the facts follow calls into functions (a summon in a helper that a training loop
-    # calls): every caller of a function defined here is relevant
-    return identifiers | functions | (bound & unit.defines), set(), dotted, local
+    return identifiers | (bound & unit.defines), returning if as_caller else functions, dotted, local
 
 
 def _close(index: _Index, kept: Set[int], importing: List[int]) -> None:
@@ -985,14 +1064,16 @@ def _keep_enough(units: List[_Unit], kept: Set[int], holders: Sequence[int], key
 
 
 def slice_text(
-    text: str, rules: Sequence[type], min_chars: int = MIN_CHARS, max_share: float = MAX_SHARE
+    text: str, rules: Sequence[type], min_chars: int = MIN_CHARS, max_share: float = MAX_SHARE,
+    tree: Optional[ast.Module] = None, sites: Optional[Set[int]] = None,
 ) -> Optional[Slice]:
-    """The slice of ``text`` for ``rules``, or None to lint the whole text."""
+    """The slice of ``text`` for ``rules``, or None to lint the whole text (``tree``:
+    ``text``'s ``ast``, when the caller has it; ``sites``: see ``choose``)."""
     if len(text) < min_chars:
         return None
     if _ODD_LINE_ENDS.search(text) or text.count("\r") != text.count("\r\n"):
         return None  # str.splitlines, ast and libcst may disagree on what ends a line
-    chosen = choose(text, rules, max_share)
+    chosen = choose(text, rules, max_share, tree, sites)
     if chosen is None:
         return None
     units, kept = chosen

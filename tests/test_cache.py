@@ -92,11 +92,11 @@ def test_clean_removes_the_project_cache_and_nothing_else(cli, project):
 
 
 def test_a_cache_hit_does_no_work(project, tmp_path, monkeypatch):
-    """The warm run answers every file from the cache: no libcst parse, no compile stage.
+    """The warm run answers every file from the cache: no libcst parse, no ``ast`` stage.
     With a cache whose ``get`` always misses, this fails."""
     paths = sorted(str(p) for p in (project / "src").rglob("*.py"))
     work = {"lint": 0, "compile": 0}
-    real_lint, real_compile = check.lint_text, check.ast_confirms
+    real_lint, real_compile = check.lint_text, check.confirmed_live_rules
 
     def counted_lint(*args):
         work["lint"] += 1
@@ -107,7 +107,7 @@ def test_a_cache_hit_does_no_work(project, tmp_path, monkeypatch):
         return real_compile(*args)
 
     monkeypatch.setattr(check, "lint_text", counted_lint)
-    monkeypatch.setattr(check, "ast_confirms", counted_compile)
+    monkeypatch.setattr(check, "confirmed_live_rules", counted_compile)
     settings = check.Settings(cache=Cache(str(tmp_path / "cache")))
     cold = check.run_files(paths, settings, jobs=1)
     assert work == {"lint": 2, "compile": 3}, work  # data.py: settled by the compile stage

@@ -16,7 +16,7 @@ LAYERS = [
      "fsdp_lint.interrupt"],
     ["fsdp_lint.facts", "fsdp_lint.fixes", "fsdp_lint.positions"],
     ["fsdp_lint.rules", "fsdp_lint.config"],
-    ["fsdp_lint.engine", "fsdp_lint.slicing"],
+    ["fsdp_lint.engine", "fsdp_lint.slicing", "fsdp_lint.screen"],
     ["fsdp_lint.fixer", "fsdp_lint.output"],
     ["fsdp_lint.check", "fsdp_lint.cache", "fsdp_lint.files"],
     ["fsdp_lint.verify", "fsdp_lint.scenarios", "fsdp_lint.docs", "fsdp_lint.server", "fsdp_lint.flake8_plugin"],

@@ -1,6 +1,7 @@
-"""Slicing large files (``fsdp_lint.slicing``) changes nothing a user sees: every fixture and
-a set of large real-code-shaped files give the same diagnostics (codes, positions,
-messages, fixes) whether libcst parses the whole text or only the slice."""
+"""Slicing large files (``fsdp_lint.slicing``, on by default) changes nothing a user sees:
+every fixture and a set of large real-code-shaped files give the same diagnostics (codes,
+positions, messages, fixes) whether libcst parses the whole text or only the slice; the
+slice seeded by the screen's candidate sites, and the closure alone (no sites) too."""
 
 from pathlib import Path
 
@@ -228,3 +229,51 @@ def test_helper_taking_the_model_as_a_parameter_is_kept():
     assert piece is None or "def save(model):" in piece.text
     diagnostics = _same_both_ways(text)
     assert [(d.code, d.location.row) for d in diagnostics] == [("FSD104", 13)]
+
+
+def _without_sites(monkeypatch):
+    import fsdp_lint.screen as screen
+
+    real = screen.live_rules_and_sites
+    monkeypatch.setattr(screen, "live_rules_and_sites", lambda tree, rules: (real(tree, rules)[0], None))
+
+
+@pytest.mark.parametrize("path", FIRING, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
+def test_closure_without_sites_same(path, monkeypatch):
+    """The closure alone (seeds from the rules' marker groups and API names, no sites from
+    the screen) still keeps what the facts need."""
+    _without_sites(monkeypatch)
+    text = path.read_text()
+    if not text.endswith("\n"):
+        text += "\n"
+    _same_both_ways(text + "".join(_FILLER.format(index=i) for i in range(12)), path.name)
+
+
+@pytest.mark.parametrize("before,after", [(0, 40), (25, 25)])
+def test_large_module_same_without_sites(before, after, monkeypatch):
+    _without_sites(monkeypatch)
+    _same_both_ways(_large_test_module(before, after))
+
+
+def test_slicing_is_on_by_default_for_large_files():
+    import fsdp_lint.engine as engine
+    from fsdp_lint.slicing import MIN_CHARS
+
+    if engine._SLICE_MODE != "on":
+        pytest.skip("FSDP_LINT_SLICE is set in the environment")
+    assert engine._slice_from() == MIN_CHARS
+
+
+def test_sites_keep_the_slice_small():
+    """A large test module whose FSDP code is one class: the slice seeded by the screen's
+    sites keeps that class and what it reads, not the unrelated tests around it."""
+    from fsdp_lint.screen import live_rules_and_sites, parse
+
+    plain = _FILLER.split("        if os.environ", 1)[0]  # no rank-guarded save: no candidate site
+    text = _HEADER + "".join(plain.format(index=i) for i in range(30)) + _FSDP
+    text += "".join(plain.format(index=i) for i in range(30, 60))
+    tree = parse(text)
+    live, sites = live_rules_and_sites(tree, ALL_RULES)
+    assert sites
+    piece = slice_text(text, live, 0, 1.0, tree, sites)
+    assert piece is not None and len(piece.text) < 0.3 * len(text)

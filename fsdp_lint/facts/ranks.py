@@ -27,8 +27,8 @@ from fsdp_lint.facts.values import literal_string
 
 # ``node_rank`` (every process of a node), ``tp_rank``/``pp_rank`` (a sub-mesh) and
 # ``lora_rank`` are not one rank; ``src_rank`` is any rank.
-_RANK_NAME = re.compile(r"^_*((local|global|world)_)?rank$|^_*(local_)?process_index$")
-_MAIN_FLAGS = frozenset(
+RANK_NAME = re.compile(r"^_*((local|global|world)_)?rank$|^_*(local_)?process_index$")
+MAIN_FLAGS = frozenset(
     {
         "is_main_process", "is_local_main_process", "is_global_zero", "is_rank_zero", "is_master", "is_main",
         "is_world_process_zero", "is_local_process_zero", "is_master_ordinal", "is_rank0", "is_rank_0",
@@ -37,9 +37,9 @@ _MAIN_FLAGS = frozenset(
     }
 )
 # Decorators that run a function on one rank only.
-_ONE_RANK_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_local_main_process", "master_only", "main_process_only"})
-_RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank", "get_process_index"})
-_RANK_ENV = re.compile(r"^(LOCAL_|GLOBAL_|NODE_)?RANK$")
+ONE_RANK_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_local_main_process", "master_only", "main_process_only"})
+RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank", "get_process_index"})
+RANK_ENV = re.compile(r"^(LOCAL_|GLOBAL_|NODE_)?RANK$")
 _FLIP = {"body": "orelse", "orelse": "body"}
 MAX_DEPTH = 4
 
@@ -60,17 +60,17 @@ def _is_rank_value(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.Call):
         func = expr.func
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-        if name in _RANK_CALLS:
+        if name in RANK_CALLS:
             return True
         if name == "int" and expr.args:
             return _is_rank_value(expr.args[0].value)
         if name in ("get", "getenv") and expr.args:  # os.environ.get("RANK"), os.getenv("LOCAL_RANK")
-            return bool(_RANK_ENV.match(literal_string(expr.args[0].value) or ""))
+            return bool(RANK_ENV.match(literal_string(expr.args[0].value) or ""))
         return False
     if isinstance(expr, cst.Subscript) and dotted_name(expr.value) in ("os.environ", "environ"):
         index = expr.slice[0].slice if len(expr.slice) == 1 else None
-        return isinstance(index, cst.Index) and bool(_RANK_ENV.match(literal_string(index.value) or ""))
-    return bool(_RANK_NAME.match(_last(dotted_name(expr))))
+        return isinstance(index, cst.Index) and bool(RANK_ENV.match(literal_string(index.value) or ""))
+    return bool(RANK_NAME.match(_last(dotted_name(expr))))
 
 
 def _compare(test: cst.Comparison) -> Optional[str]:
@@ -118,7 +118,7 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         return _compare(test)
     if isinstance(test, cst.Call):
         func = test.func
-        if _last(dotted_name(func)) in _MAIN_FLAGS:
+        if _last(dotted_name(func)) in MAIN_FLAGS:
             return "body"
         if facts is not None and isinstance(func, cst.Name) and facts.qualname(func) is None:
             return _returns_rank_test(facts, func.value, depth)
@@ -126,7 +126,7 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
     dotted = dotted_name(test)
     if dotted is None:
         return None
-    if _last(dotted) in _MAIN_FLAGS:
+    if _last(dotted) in MAIN_FLAGS:
         return "body"
     if facts is None or ctx is None:
         return None
@@ -164,6 +164,6 @@ def rank_guard(facts: ModuleFacts, ctx: Context, min_with_depth: int = 0):
         for decorator in ctx.function.decorators:
             node = decorator.decorator
             name = dotted_name(node.func if isinstance(node, cst.Call) else node)
-            if _last(name) in _ONE_RANK_DECORATORS:
+            if _last(name) in ONE_RANK_DECORATORS:
                 return decorator
     return None

@@ -1,0 +1,1205 @@
+"""Which selected rules can report anything on a file, proven with the stdlib ``ast``
+before libcst is imported or parses anything (the engine's stage after the text markers
+and the compiled names).
+
+A rule is dropped for a file only when a necessary condition of its ``check`` fails.  The
+conditions are read off the rule and the facts it asks, and each errs on "can fire":
+
+- a qualified name (``facts.qualname``: ``dist.barrier`` is ``torch.distributed.barrier``
+  after ``import torch.distributed as dist``) is read the way ``facts.imports`` reads it,
+  through absolute imports and name-to-name assignments, keeping every answer a name may
+  have (the facts give up on a name bound twice; the screen keeps both);
+- where the facts follow a value (``facts.dataflow``: a receiver to ``Accelerator()``, a
+  model to ``FSDP(...)``, an ``if`` test to ``rank == 0``), the screen follows it more
+  widely (``_Flow``): any binding of the name anywhere, any function of the name called,
+  every argument of every call of a function for its parameters, and everything inside
+  an expression rather than its value alone;
+- where the rule pairs two sites of one function (an optimizer built and a module
+  wrapped; a cast after a wrap; a save in a function that sets up FSDP), both must stand
+  in one ``def`` (lambdas count as their ``def``; module level and class bodies are one
+  place, as for the facts, whose ``ctx.function`` is None for both);
+- a site under a rank test must stand under an ``if`` of its own function (the facts'
+  guards: an ``if``'s branches, and the rest of a block after an ``if`` with an exiting
+  branch; a lambda has none), or in a function with a one-rank decorator.
+
+Rules without an entry in ``_SCREENS`` are always kept: a new rule is checked by libcst
+until someone writes its condition.  ``tests/test_screen.py`` checks, on every fixture and
+on code written to reach each condition's corners, that every rule that reports is kept.
+What the screen costs is an ``ast.parse`` and one walk (about a twentieth of libcst's parse
+and facts walk).
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+import warnings
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
+from fsdp_lint.facts.dataflow import RETURNS_SELF
+from fsdp_lint.facts.frameworks import ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN, LIGHTNING_TRAINER, WITH_FSDP
+from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
+from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
+from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
+from fsdp_lint.rules.fsd105_generate_outside_summon import ENTRY_POINTS, INNER
+from fsdp_lint.rules.fsd106_grad_norm_read_per_rank import (
+    BUILTIN_READS, GATHERS, NORM_FUNCTIONS, PASS_THROUGH, READS, TOTAL_NORM,
+)
+from fsdp_lint.rules.fsd107_cast_after_wrap import CAST_METHODS, TORCH_DTYPES
+from fsdp_lint.rules.fsd108_save_on_every_rank import DISTRIBUTED_SETUP, SAFETENSORS_SAVE, TORCH_SAVE, SaveOnEveryRank
+
+_WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD
+_GATHERS = LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS
+_OPTIM_STATE = frozenset(f"{c}.{name}" for c in torch_api.FSDP_CLASS for name in FSDP_OPTIM_STATE)
+_DIST = frozenset(f"torch.distributed.{name}" for name in DIST_COLLECTIVES)
+_SAVES = TORCH_SAVE | SAFETENSORS_SAVE
+_PARTIAL = "functools.partial"
+_PARAMETER_CALLS = frozenset({"parameters", "named_parameters"})
+_BLOCKS = frozenset({"body", "orelse", "finalbody"})
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_SKIPPED_FIELDS = frozenset({"ctx", "type_comment", "kind", "type_ignores"})
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def parse(text: str) -> Optional[ast.Module]:
+    """The file's ``ast``, or None where CPython cannot parse it (libcst then decides)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+
+
+def _last(node) -> Optional[str]:
+    kind = type(node)
+    if kind is ast.Name:
+        return node.id
+    if kind is ast.Attribute:
+        return node.attr
+    return None
+
+
+def _dotted(node) -> Optional[str]:
+    parts = []
+    while type(node) is ast.Attribute:
+        parts.append(node.attr)
+        node = node.value
+    if type(node) is ast.Name:
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _block(statements: List[ast.stmt], key: int, guards: tuple, push) -> None:
+    """Push a block's statements (last first); after an ``if`` one of whose branches ends
+    by leaving the block, the rest of the block is guarded by its test too."""
+    items = []
+    for statement in statements:
+        items.append((statement, key, (), guards))
+        if type(statement) is ast.If and (
+            (statement.body and isinstance(statement.body[-1], _EXITS))
+            or (statement.orelse and isinstance(statement.orelse[-1], _EXITS))
+        ):
+            guards = guards + (statement.test,)
+    for item in reversed(items):
+        push(item)
+
+
+class _Soft(tuple):
+    """The holders of a node inside an annotation (the compiler may drop it)."""
+
+
+_SOFT = _Soft()
+
+
+class _Frame:
+    """What one ``def`` holds (key 0: module level and class bodies)."""
+
+    __slots__ = ("name", "calls", "one_rank", "returns_value", "params")
+
+    def __init__(self, name: Optional[str] = None) -> None:
+        self.name = name
+        self.calls: List[ast.Call] = []
+        self.one_rank = False  # decorated ``@rank_zero_only`` and the like
+        self.returns_value = False
+        self.params: Set[str] = set()
+
+
+class Summary:
+    """One walk over a module's ``ast``: what the screens ask."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.identifiers: Set[str] = set()  # names, attributes, imports, defs, parameters (code)
+        self.soft: Set[str] = set()  # identifiers also seen in annotations, ``global`` and ``nonlocal``
+        self.strings: Set[str] = set()  # str constants
+        self.keywords: Set[str] = set()  # keyword argument names of calls
+        self.imported_modules: Set[str] = set()
+        self.frames: Dict[int, _Frame] = {0: _Frame()}
+        self.guards: Dict[int, tuple] = {}  # id(call) -> the ``if`` tests guarding it in its function
+        self.param_holders: Set[int] = set()  # id(call) of calls with ``X.parameters()`` in their arguments
+        self.bare: Set[int] = set()  # id(call) of calls that are a whole expression statement
+        # target (dotted) -> (value bound to it, frame of the binding)
+        self.bindings: Dict[str, List[Tuple[ast.expr, int]]] = {}
+        self.returns: Dict[str, List[Tuple[ast.expr, int]]] = {}  # function name -> (returned value, frame)
+        self.defaults: Dict[int, List[Tuple[str, ast.expr, int]]] = {}  # frame -> (parameter, default, frame)
+        self.calls_by_name: Dict[str, List[ast.Call]] = {}  # callee's last name -> calls
+        self.call_frames: Dict[int, int] = {}  # id(call) -> its frame
+        self.functions: Dict[str, List[int]] = {}  # function name -> frames
+        self.assigned_to: Dict[int, Set[str]] = {}  # id(call) -> names bound to its value
+        self.annotated: Dict[str, List[ast.expr]] = {}
+        self.imported: Dict[str, Set[str]] = {}  # name -> qualified names absolute imports bind to it
+        self.aliased: Dict[str, List[ast.expr]] = {}  # plain name -> dotted values assigned to it
+        self.call_values: Dict[str, List[ast.Call]] = {}  # dotted name -> calls whose value it is bound to
+        self._qualnames: Dict[str, Set[str]] = {}
+        self._callees: Dict[int, Set[str]] = {}
+        self._cache: Dict[str, object] = {}
+        self._walk(tree)
+        self.names = self.identifiers | self.soft  # what the screens read (the facts see annotations)
+
+    def confirms(self, rules: Sequence[type], text: str) -> bool:
+        """``engine.ast_confirms`` (a rule's first marker group names an identifier the
+        compiled code uses), read from the walk: an identifier of code answers yes, one
+        seen only in an annotation or a ``global`` statement is left to the compiler."""
+        wanted = {marker for rule in rules for marker in rule.markers[0]}
+        code = self.identifiers | self.imported_modules
+        if not code.isdisjoint(wanted):
+            return True
+        if self.soft.isdisjoint(wanted):
+            return False
+        return ast_confirms(text, rules)
+
+    # -- the walk ----------------------------------------------------------------------
+    def _walk(self, tree: ast.Module) -> None:
+        """Iterative; each item carries its frame, the calls in whose arguments it sits,
+        and the ``if`` tests guarding it in its frame."""
+        identifiers, strings, frames, guarded = self.identifiers, self.strings, self.frames, self.guards
+        calls_by_name, soft = self.calls_by_name, self.soft
+        stack: List[Tuple[ast.AST, int, tuple, tuple]] = []
+        push = stack.append
+        _block(tree.body, 0, (), push)
+        while stack:
+            node, key, holders, guards = stack.pop()
+            kind = type(node)
+            if kind is ast.Name:
+                (soft if type(holders) is _Soft else identifiers).add(node.id)
+                continue
+            if kind is ast.Attribute:
+                (soft if type(holders) is _Soft else identifiers).add(node.attr)
+                push((node.value, key, holders, guards))
+                continue
+            if kind is ast.Constant:
+                if type(node.value) is str:
+                    strings.add(node.value)
+                continue
+            if kind is ast.Call:
+                frame = frames[key]
+                frame.calls.append(node)
+                self.call_frames[id(node)] = key
+                if guards:
+                    guarded[id(node)] = guards
+                func = node.func
+                name = _last(func)
+                if name is not None:
+                    calls_by_name.setdefault(name, []).append(node)
+                    if holders and name in _PARAMETER_CALLS and type(func) is ast.Attribute and _dotted(func.value):
+                        self.param_holders.update(map(id, holders))
+                inner = holders + (node,)
+                if type(holders) is _Soft:
+                    inner = _Soft(inner)
+                for keyword in reversed(node.keywords):
+                    if keyword.arg:
+                        self.keywords.add(keyword.arg)
+                    push((keyword.value, key, inner, guards))
+                for arg in reversed(node.args):
+                    push((arg, key, inner, guards))
+                push((func, key, holders, guards))
+                continue
+            if kind is ast.Expr and type(node.value) is ast.Call:
+                self.bare.add(id(node.value))
+            if kind is ast.If:
+                inner = guards + (node.test,)
+                _block(node.orelse, key, inner, push)
+                _block(node.body, key, inner, push)
+                push((node.test, key, holders, guards))
+                continue
+            if kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+                self._function(node, key, guards, push)
+                continue
+            if kind is ast.ClassDef:
+                identifiers.add(node.name)
+                _block(node.body, 0, (), push)  # a class body: ``ctx.function`` is None, no guards
+                for child in (*node.decorator_list, *node.bases, *node.keywords):
+                    push((child, key, (), guards))
+                continue
+            if kind is ast.Lambda:
+                args = node.args
+                for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                    if arg is not None:
+                        identifiers.add(arg.arg)
+                push((node.body, key, holders, ()))  # a lambda's own frame has no guards
+                for child in (*args.defaults, *(d for d in args.kw_defaults if d is not None)):
+                    push((child, key, holders, guards))
+                continue
+            if kind is ast.Assign:
+                for target in node.targets:
+                    self._bind(target, node.value, key)
+            elif kind is ast.AnnAssign:
+                dotted = _dotted(node.target)
+                if dotted is not None:
+                    self.annotated.setdefault(dotted, []).append(node.annotation)
+                if node.value is not None:
+                    self._bind(node.target, node.value, key)
+                    push((node.value, key, holders, guards))
+                push((node.annotation, key, _SOFT, guards))
+                # ``x: int`` without a value binds no name the compiler lists (at module
+                # level it only fills ``__annotations__``)
+                push((node.target, key, holders if node.value is not None else _SOFT, guards))
+                continue
+            elif kind in (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith):
+                # ``for``/``with ... as`` bindings: the facts' partials may come from them
+                pairs = [(node.target, node.iter)] if kind in (ast.For, ast.AsyncFor) else [
+                    (item.optional_vars, item.context_expr) for item in node.items if item.optional_vars is not None
+                ]
+                for target, value in pairs:
+                    if type(value) is ast.Call:
+                        for element in target.elts if type(target) in (ast.Tuple, ast.List) else (target,):
+                            dotted = _dotted(element)
+                            if dotted is not None:
+                                self.call_values.setdefault(dotted, []).append(value)
+            elif kind is ast.Return:
+                frame = frames[key]
+                if node.value is not None and frame.name is not None:
+                    frame.returns_value = True
+                    self.returns.setdefault(frame.name, []).append((node.value, key))
+            elif kind is ast.Import:
+                for alias in node.names:
+                    self.imported_modules.add(alias.name)
+                    identifiers.update(alias.name.split("."))
+                    if alias.asname:
+                        identifiers.add(alias.asname)
+                        self.imported.setdefault(alias.asname, set()).add(alias.name)
+                    else:
+                        head = alias.name.split(".", 1)[0]
+                        self.imported.setdefault(head, set()).add(head)
+                continue
+            elif kind is ast.ImportFrom:
+                if node.module:
+                    identifiers.update(node.module.split("."))
+                    if not node.level:
+                        self.imported_modules.add(node.module)
+                for alias in node.names:
+                    identifiers.add(alias.name)
+                    if alias.asname:
+                        identifiers.add(alias.asname)
+                    if node.module and not node.level and alias.name != "*":  # relative: the user's own code
+                        self.imported.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
+                continue
+            elif kind in (ast.Global, ast.Nonlocal):
+                soft.update(node.names)
+                continue
+            elif kind is ast.ExceptHandler:
+                if node.name:
+                    identifiers.add(node.name)
+            elif kind is ast.arg:
+                identifiers.add(node.arg)
+            else:
+                for attribute in ("name", "rest"):  # match patterns
+                    value = getattr(node, attribute, None)
+                    if type(value) is str:
+                        identifiers.add(value)
+            fields = _CHILD_FIELDS.get(kind)
+            if fields is None:
+                fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _SKIPPED_FIELDS)
+            for name in reversed(fields):
+                value = getattr(node, name, None)
+                if type(value) is list:
+                    if name in _BLOCKS and value and isinstance(value[0], ast.stmt):
+                        _block(value, key, guards, push)
+                        continue
+                    for child in reversed(value):
+                        if isinstance(child, ast.AST):
+                            push((child, key, holders, guards))
+                elif isinstance(value, ast.AST):
+                    push((value, key, holders, guards))
+
+    def _function(self, node, outer: int, guards: tuple, push) -> None:
+        name = node.name
+        self.identifiers.add(name)
+        key = id(node)
+        self.frames[key] = frame = _Frame(name)
+        self.functions.setdefault(name, []).append(key)
+        _block(node.body, key, (), push)
+        for decorator in node.decorator_list:
+            callee = decorator.func if type(decorator) is ast.Call else decorator
+            dotted = _dotted(callee)
+            if dotted is not None and dotted.rsplit(".", 1)[-1].lstrip("_") in ONE_RANK_DECORATORS:
+                frame.one_rank = True
+            push((decorator, outer, (), guards))
+        args = node.args
+        positional = [*args.posonlyargs, *args.args]
+        defaults = self.defaults.setdefault(key, [])
+        for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
+            defaults.append((arg.arg, default, outer))
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+            if default is not None:
+                defaults.append((arg.arg, default, outer))
+        for arg in (*positional, *args.kwonlyargs, args.vararg, args.kwarg):
+            if arg is None:
+                continue
+            self.identifiers.add(arg.arg)
+            frame.params.add(arg.arg)
+            if arg.annotation is not None:
+                self.annotated.setdefault(arg.arg, []).append(arg.annotation)
+                push((arg.annotation, outer, _SOFT, guards))
+        for default in (*args.defaults, *(d for d in args.kw_defaults if d is not None)):
+            push((default, outer, (), guards))
+        if node.returns is not None:
+            push((node.returns, outer, _SOFT, guards))
+
+    def _bind(self, target, value, key: int) -> None:
+        if type(target) in (ast.Tuple, ast.List):
+            for element in target.elts:
+                self._bind(element.value if type(element) is ast.Starred else element, value, key)
+            return
+        dotted = _dotted(target)
+        if dotted is None:
+            return
+        self.bindings.setdefault(dotted, []).append((value, key))
+        if type(value) is ast.Call:
+            self.assigned_to.setdefault(id(value), set()).add(dotted)
+            self.call_values.setdefault(dotted, []).append(value)
+        elif "." not in dotted and type(value) in (ast.Name, ast.Attribute):
+            self.aliased.setdefault(dotted, []).append(value)
+
+    # -- names ---------------------------------------------------------------------------
+    def qualnames(self, expr) -> Set[str]:
+        """The qualified names ``expr`` may stand for (``facts.imports``: a name's absolute
+        imports, or the dotted value it is assigned, then the attributes after it)."""
+        parts = []
+        while type(expr) is ast.Attribute:
+            parts.append(expr.attr)
+            expr = expr.value
+        if type(expr) is not ast.Name or (expr.id not in self.imported and expr.id not in self.aliased):
+            return set()  # not a name an import (or an alias of one) binds
+        found = self._name_qualnames(expr.id, set())
+        if parts and found:
+            rest = ".".join(reversed(parts))
+            found = {f"{q}.{rest}" for q in found}
+        return found
+
+    def _name_qualnames(self, name: str, seen: Set[str]) -> Set[str]:
+        hit = self._qualnames.get(name)
+        if hit is not None:
+            return hit
+        found = set(self.imported.get(name, ()))
+        seen.add(name)
+        for value in self.aliased.get(name, ()):
+            dotted = _dotted(value)
+            if dotted is None:
+                continue
+            head, _, rest = dotted.partition(".")
+            if head in seen:
+                continue
+            found.update(f"{q}.{rest}" if rest else q for q in self._name_qualnames(head, seen))
+        if len(seen) == 1:
+            self._qualnames[name] = found
+        seen.discard(name)
+        return found
+
+    def callee(self, call: ast.Call) -> Set[str]:
+        """The callee's qualified names, and the callable a name bound to
+        ``functools.partial(F, ...)`` stands for (``fsdp_modules``: a partial of FSDP)."""
+        memo = self._callees
+        found = memo.get(id(call))
+        if found is None:
+            func = call.func
+            found = self.qualnames(func)
+            dotted = _dotted(func)
+            for value in self.call_values.get(dotted, ()) if dotted is not None else ():
+                if value.args and _PARTIAL in self.qualnames(value.func):
+                    found = found | self.qualnames(value.args[0])
+            memo[id(call)] = found
+        return found
+
+    def imports_from(self, package: str) -> bool:
+        return any(m == package or m.startswith(package + ".") for m in self.imported_modules)
+
+    # -- FSDP constructions --------------------------------------------------------------
+    def wraps(self) -> List[Tuple[int, ast.Call, bool, Set[str]]]:
+        """(frame, call, FSDP1, names) of every call that may construct FSDP (``FSDP(m)``,
+        ``fully_shard(m)``, a partial of FSDP), with the names it binds, and for FSDP2 the
+        names it takes (``fsdp_modules``: FSDP2 shards its argument in place)."""
+        found = self._cache.get("wraps")
+        if found is None:
+            found = []
+            for key, frame in self.frames.items():
+                for call in frame.calls:
+                    names = self.callee(call)
+                    if names.isdisjoint(_WRAPS):
+                        continue
+                    fsdp1 = not names.isdisjoint(torch_api.FSDP_CLASS)
+                    bound = set(self.assigned_to.get(id(call), ()))
+                    taken = set(filter(None, (_dotted(a) for a in call.args)))
+                    taken.update(filter(None, (_dotted(k.value) for k in call.keywords if k.arg == "module")))
+                    if not names.isdisjoint(torch_api.FULLY_SHARD):
+                        found.append((key, call, False, bound | taken))
+                    if fsdp1:
+                        found.append((key, call, True, bound))
+            self._cache["wraps"] = found
+        return found
+
+    def fsdp1_wraps(self) -> bool:
+        return any(fsdp1 for _, _, fsdp1, _ in self.wraps())
+
+    def fsdp2_wraps(self) -> bool:
+        return any(not fsdp1 for _, _, fsdp1, _ in self.wraps())
+
+    def fsdp1_annotated(self) -> Set[str]:
+        """Names annotated as torch's FSDP class (``facts.annotated``)."""
+        found = self._cache.get("fsdp1_annotated")
+        if found is None:
+            found = self._cache["fsdp1_annotated"] = {
+                name for name, hints in self.annotated.items()
+                if any(not self.qualnames(h).isdisjoint(torch_api.FSDP_CLASS) for h in hints)
+            }
+        return found
+
+    def fsdp1_names(self) -> Set[str]:
+        """``fsdp_modules.fsdp1``: names bound to an FSDP1 wrap, or annotated as FSDP."""
+        found = self._cache.get("fsdp1_names")
+        if found is None:
+            found = set().union(*(names for _, _, fsdp1, names in self.wraps() if fsdp1))
+            found = self._cache["fsdp1_names"] = found | self.fsdp1_annotated()
+        return found
+
+    def flow(self, key: str, leaf: Callable[[ast.AST], bool]) -> "_Flow":
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = _Flow(self, leaf)
+        return found
+
+
+# -- following values ----------------------------------------------------------------------
+class _Flow:
+    """Which expressions may hold (or lead the facts to) a node ``leaf`` accepts: a least
+    fixpoint over what ``facts.dataflow`` follows, each step taken as widely as it could be
+    (every binding of a name, every function of a called name, every argument of every call
+    of a function for its parameters, every node inside an expression)."""
+
+    def __init__(self, summary: Summary, leaf: Callable[[ast.AST], bool]) -> None:
+        self.summary = summary
+        self.leaf = leaf
+        self.info: Dict[int, Tuple[bool, Set[str], Set[str]]] = {}
+        self.known: Dict[Tuple[int, int, bool], bool] = {}  # (id(expr), frame, entered) -> may reach a leaf
+
+    def _read(self, expr: ast.AST) -> Tuple[bool, Set[str], Set[str]]:
+        """(holds a leaf, dotted names the facts follow from it, functions whose ``return``
+        they follow).  Followed: a whole ``a.b.c`` (not ``a`` on its own), the receiver
+        of a method that returns it (``m.to(...)``), a function called by name or as
+        ``self.f(...)``."""
+        hit = self.info.get(id(expr))
+        if hit is not None:
+            return hit
+        leaf = self.leaf
+        found = False
+        chains: Set[str] = set()
+        callees: Set[str] = set()
+        stack: List[Tuple[ast.AST, bool]] = [(expr, True)]
+        while stack:
+            node, whole = stack.pop()
+            if not found and leaf(node):
+                found = True
+            kind = type(node)
+            if kind is ast.Name:
+                if whole:
+                    chains.add(node.id)
+                continue
+            if kind is ast.Attribute:
+                if whole:
+                    dotted = _dotted(node)
+                    if dotted is not None:
+                        chains.add(dotted)
+                stack.append((node.value, False))
+                continue
+            if kind is ast.Call:
+                func = node.func
+                if type(func) is ast.Name:
+                    callees.add(func.id)
+                elif type(func) is ast.Attribute:
+                    if type(func.value) is ast.Name and func.value.id == "self":
+                        callees.add(func.attr)
+                    if func.attr in RETURNS_SELF:
+                        stack.append((func.value, True))
+                stack.append((func, False))
+                stack.extend((child, True) for child in (*node.args, *(k.value for k in node.keywords)))
+                continue
+            stack.extend((child, True) for child in ast.iter_child_nodes(node))
+        hit = self.info[id(expr)] = (found, chains, callees)
+        return hit
+
+    def _lookup(self, chain: str, key: int, entered: bool) -> List[Tuple[ast.AST, int, bool]]:
+        """``scopes.lookup`` read widely: in a function, its own bindings of the name if
+        any; else, for a parameter, what the calls of the function pass (only inside a
+        function entered through a call: ``dataflow._parameter``); else the bindings
+        outside functions.  ``self.x``: every binding of it."""
+        summary = self.summary
+        bindings = summary.bindings.get(chain, ())
+        head = chain.split(".", 1)[0]
+        if head == "self" and "." in chain:
+            return [(value, k, entered) for value, k in bindings]
+        if key != 0:
+            local = [(value, k, entered) for value, k in bindings if k == key]
+            if local:
+                return local
+            frame = summary.frames[key]
+            if head in frame.params:
+                if not entered or head != chain:
+                    return []
+                found = [(value, k, True) for name, value, k in summary.defaults.get(key, ()) if name == chain]
+                for call in summary.calls_by_name.get(frame.name, ()):
+                    k = summary.call_frames[id(call)]
+                    found.extend((arg, k, True) for arg in call.args)
+                    found.extend((kw.value, k, True) for kw in call.keywords)
+                return found
+            if "." in chain and any(k == key for _, k in summary.bindings.get(head, ())):
+                return []  # ``x.attr`` of a local ``x``
+        return [(value, k, entered) for value, k in bindings if k == 0]
+
+    def _depends(self, expr, key: int, entered: bool) -> List[Tuple[ast.AST, int, bool]]:
+        """What the facts may follow from ``expr`` (in frame ``key``): the bindings of the
+        names it reads (``_lookup``), the ``return`` values of the functions it calls
+        (then inside them)."""
+        summary = self.summary
+        _, chains, callees = self._read(expr)
+        found: List[Tuple[ast.AST, int, bool]] = []
+        for chain in chains:
+            found.extend(self._lookup(chain, key, entered))
+        for callee in callees:
+            found.extend((value, k, True) for value, k in summary.returns.get(callee, ()))
+        return found
+
+    def may_reach(self, exprs: Sequence[ast.AST], key: int, entered: bool = False) -> bool:
+        """Whether one of ``exprs`` (standing in frame ``key``) may reach a leaf
+        (``entered``: in a function the facts entered through a call).  Everything they
+        lead to is collected, then marked from the leaves up (the least fixpoint over that
+        part of the graph is the whole graph's answer for it: kept for later questions)."""
+        known = self.known
+        nodes: Dict[Tuple[int, int, bool], ast.AST] = {}
+        edges: Dict[Tuple[int, int, bool], List[Tuple[int, int, bool]]] = {}
+        stack = [(e, key, entered) for e in exprs if (id(e), key, entered) not in known]
+        while stack:
+            expr, k, mode = stack.pop()
+            node = (id(expr), k, mode)
+            if node in nodes:
+                continue
+            nodes[node] = expr
+            depends = self._depends(expr, k, mode)
+            edges[node] = [(id(d), dk, dm) for d, dk, dm in depends]
+            stack.extend(
+                (d, dk, dm) for d, dk, dm in depends if (id(d), dk, dm) not in nodes and (id(d), dk, dm) not in known
+            )
+        reached = {node for node, expr in nodes.items() if self._read(expr)[0]}
+        reached.update(n for targets in edges.values() for n in targets if known.get(n))
+        changed = True
+        while changed:
+            changed = False
+            for node, targets in edges.items():
+                if node not in reached and any(t in reached for t in targets):
+                    reached.add(node)
+                    changed = True
+        for node in nodes:
+            known[node] = node in reached
+        return any(known[(id(e), key, entered)] for e in exprs)
+
+
+def _rank_word(node: ast.AST) -> bool:
+    """A word a rank test needs (``facts.ranks``): a rank-like name, a main-process flag, a
+    rank call, a ``RANK`` environment key."""
+    kind = type(node)
+    if kind is ast.Name or kind is ast.Attribute:
+        bare = (node.id if kind is ast.Name else node.attr).lstrip("_")
+        return bare in MAIN_FLAGS or bare in RANK_CALLS or RANK_NAME.match(bare) is not None
+    if kind is ast.Constant:
+        return type(node.value) is str and RANK_ENV.match(node.value) is not None
+    return False
+
+
+# -- the screens, one per rule -----------------------------------------------------------------
+def _cpu_string(node: ast.AST) -> bool:
+    value = node.value if type(node) is ast.Constant else None
+    return type(value) is str and (value == "cpu" or value.startswith("cpu:"))
+
+
+def _cpu_device(s: Summary) -> bool:
+    """FSDP placed on the CPU device (``offload.CPU_DEVICE``): a wrap whose ``device_id``
+    (written, in a ``**cfg`` dict, in the ``functools.partial`` it calls, or a wrapper's
+    ``**kwargs``) may come from a "cpu" literal (``torch.device("cpu")``)."""
+    found = s._cache.get("cpu_device")
+    if found is None:
+        found = False
+        flow = s.flow("cpu", _cpu_string)
+        for _, call, _, _ in s.wraps():
+            calls = [call]
+            dotted = _dotted(call.func)
+            calls.extend(s.call_values.get(dotted, ()) if dotted is not None else ())
+            for c in calls:
+                exprs = [k.value for k in c.keywords if k.arg in ("device_id", None)]
+                # ``offload``: the construction as written and as each caller of its function builds it
+                if exprs and flow.may_reach(exprs, s.call_frames[id(c)], entered=True):
+                    found = True
+                    break
+            if found:
+                break
+        s._cache["cpu_device"] = found
+    return found
+
+
+def _offload(s: Summary) -> bool:
+    """Parameters on the CPU somewhere (``offload.cpu_param_evidence``)."""
+    return not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_device(s)
+
+
+def _summons(s: Summary) -> List[ast.Call]:
+    """``summon.summon_calls``: ``X.summon_full_params(...)`` that may be torch's (its
+    qualified name, ``X`` an FSDP1 name, or the instance form passing ``X`` again in a
+    file importing torch's FSDP)."""
+    found = s._cache.get("summons")
+    if found is None:
+        found = []
+        methods = {f"{c}.{torch_api.SUMMON}" for c in torch_api.FSDP_CLASS}
+        fsdp_import = s.imports_from(torch_api.FSDP_PACKAGE)
+        for frame in s.frames.values():
+            for call in frame.calls:
+                func = call.func
+                if type(func) is not ast.Attribute or func.attr != torch_api.SUMMON:
+                    continue
+                receiver = _dotted(func.value)
+                first = next((a for a in call.args if type(a) is not ast.Starred), None)
+                if (
+                    not s.qualnames(func).isdisjoint(methods)
+                    or (receiver is not None and receiver in s.fsdp1_names())
+                    or (fsdp_import and receiver is not None and first is not None and _dotted(first) == receiver)
+                ):
+                    found.append(call)
+        s._cache["summons"] = found
+    return found
+
+
+def _passed(s: Summary, call: ast.Call, name: str) -> bool:
+    """``summon.value(name)`` may be given at this summon: by keyword, by position
+    (``summon_full_params(m, True, False, True)``), or in a ``**`` dict (a string key, or
+    ``dict(name=...)``)."""
+    if any(k.arg == name for k in call.keywords):
+        return True
+    if sum(1 for a in call.args if type(a) is not ast.Starred) > torch_api.SUMMON_PARAMS.index(name):
+        return True
+    return any(k.arg is None for k in call.keywords) and (name in s.keywords or name in s.strings)
+
+
+def _fsd001(s: Summary) -> Iterator[ast.AST]:
+    if _offload(s):
+        yield from _summons(s)
+
+
+def _fsd002(s: Summary) -> Iterator[ast.AST]:
+    if not s.names.isdisjoint(("backward", "step")):
+        yield from _summons(s)
+
+
+def _fsd003(s: Summary) -> Iterator[ast.AST]:
+    # parameters on the CPU device, and a summon or a full state dict offloaded to the CPU
+    if not _cpu_device(s):
+        return
+    yield from _summons(s)
+    configs = torch_api.FULL_STATE_DICT_CONFIG | torch_api.STATE_DICT_OPTIONS
+    for frame in s.frames.values():
+        yield from (c for c in frame.calls if not s.callee(c).isdisjoint(configs))
+
+
+def _fsd004(s: Summary) -> Iterator[ast.AST]:
+    yield from (c for c in _summons(s) if _passed(s, c, "rank0_only"))
+
+
+def _fsd005(s: Summary) -> Iterator[ast.AST]:
+    # FSD005, FSD007 (a step inside the summon block), FSD008 (a summon in a forward or hook)
+    yield from _summons(s)
+
+
+def _fsd006(s: Summary) -> Iterator[ast.AST]:
+    yield from (c for c in _summons(s) if _passed(s, c, "offload_to_cpu"))
+
+
+def _fsd009(s: Summary) -> Iterator[ast.AST]:
+    yield from (c for c in _summons(s) if _passed(s, c, "with_grads"))
+
+
+def _fsd010(s: Summary) -> Iterator[ast.AST]:
+    if "NO_SHARD" in s.names:
+        yield from (c for c in _summons(s) if _passed(s, c, "offload_to_cpu"))
+
+
+def _fsd011(s: Summary) -> Iterator[ast.AST]:
+    if s.fsdp2_wraps():
+        yield from _summons(s)
+
+
+def _fsd012(s: Summary) -> Iterator[ast.AST]:
+    # a bare ``...summon_full_params(...)`` statement, whatever the receiver
+    yield from (c for c in s.calls_by_name.get(torch_api.SUMMON, ()) if id(c) in s.bare)
+
+
+def _optimizer_class(s: Summary, node: ast.AST) -> bool:
+    if type(node) not in (ast.Name, ast.Attribute):
+        return False
+    package = torch_api.OPTIMIZER_PACKAGE + "."
+    return any(q.startswith(package) and q.rsplit(".", 1)[-1][:1].isupper() for q in s.qualnames(node))
+
+
+def _builds_optimizer(s: Summary, call: ast.Call) -> bool:
+    """``optimizers``: a call holding ``X.parameters()`` in its arguments, whose callee says
+    optimizer (a ``torch.optim`` class, an optimizer-like name) or holds a ``torch.optim``
+    class."""
+    if id(call) not in s.param_holders:
+        return False
+    func = call.func
+    name = _last(func)
+    if name is None:
+        return False
+    package = torch_api.OPTIMIZER_PACKAGE + "."
+    if OPTIMIZER_NAME.search(name) or "optim" in name.lower() or any(q.startswith(package) for q in s.qualnames(func)):
+        return True
+    return s.flow("optimizer_class", lambda node: _optimizer_class(s, node)).may_reach([func], s.call_frames[id(call)])
+
+
+def _stale_plugin(s: Summary) -> bool:
+    """``frameworks._stale_plugin``: ``FullyShardedDataParallelPlugin(use_orig_params=False)``
+    (a literal False or 0, written as a keyword)."""
+    for frame in s.frames.values():
+        for call in frame.calls:
+            if s.callee(call).isdisjoint(FSDP_PLUGIN):
+                continue
+            for keyword in call.keywords:
+                value = keyword.value.value if type(keyword.value) is ast.Constant else None
+                if keyword.arg == "use_orig_params" and type(value) in (bool, int) and value == 0:
+                    return True
+    return False
+
+
+def _fsd101(s: Summary) -> Iterator[ast.AST]:
+    # an optimizer and a wrap (or a framework wrap) in the same function
+    identifiers = s.names
+    framework = (s.imports_from("accelerate") and _stale_plugin(s)) or (
+        s.imports_from("lightning") and any(i.endswith("ModelParallelStrategy") for i in identifiers)
+    )
+    wrapping = {key for key, _, _, _ in s.wraps()}
+    if not wrapping and not framework:
+        return
+    factories = {
+        f.name for f in s.frames.values()
+        if f.name is not None and f.returns_value and any(_builds_optimizer(s, c) for c in f.calls)
+    }
+    for key, frame in s.frames.items():
+        if key not in wrapping and not (
+            framework and any(_last(c.func) in ("prepare", "setup", "setup_module") for c in frame.calls)
+        ):
+            continue
+        for call in frame.calls:
+            name = _last(call.func)
+            if name in OPTIMIZER_FACTORY_METHODS or name in factories or _builds_optimizer(s, call):
+                yield call
+
+
+def _fsd102(s: Summary) -> Iterator[ast.AST]:
+    # ``clip_grad_norm_(m.parameters(), ...)`` with ``m`` from an FSDP1 wrap
+    if not s.fsdp1_wraps():
+        return
+    for frame in s.frames.values():
+        for call in frame.calls:
+            if s.qualnames(call.func).isdisjoint(torch_api.CLIP_GRAD_NORM):
+                continue
+            first = next((a for a in call.args if type(a) is not ast.Starred), None)
+            if first is None:
+                first = next((k.value for k in call.keywords if k.arg == "parameters"), None)
+            if (
+                type(first) is ast.Call
+                and type(first.func) is ast.Attribute
+                and first.func.attr == "parameters"
+                and _from_fsdp1(s, first.func.value, call)
+            ):
+                yield call
+
+
+def _fsd103(s: Summary) -> Iterator[ast.AST]:
+    # ``m.cuda()`` / ``m.to(...)`` with ``m`` from an FSDP1 wrap, in a file that offloads
+    if not s.fsdp1_wraps() or s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")):
+        return
+    for name in ("cuda", "to"):
+        for call in s.calls_by_name.get(name, ()):
+            if type(call.func) is ast.Attribute and _from_fsdp1(s, call.func.value, call):
+                yield call
+
+
+def _is_framework_constructor(s: Summary, node: ast.AST) -> bool:
+    if type(node) is not ast.Call:
+        return False
+    for q in s.callee(node):
+        if q in ACCELERATOR or q in FABRIC or q in LIGHTNING_TRAINER or (
+            q.startswith(("transformers.", "trl.")) and q.endswith("Trainer")
+        ):
+            return True
+    return False
+
+
+_KNOWN_FRAMEWORKS = frozenset({"accelerator", "fabric", "hf_trainer", "lightning_trainer"})
+
+
+def _framework_methods(s: Summary, call: ast.Call) -> Set[str]:
+    """The methods every rank must call on the framework object the receiver may be
+    (``frameworks.framework_of``: by its conventional name, ``self`` in a Trainer
+    subclass, or a constructor its value may come from)."""
+    receiver = call.func.value
+    dotted = _dotted(receiver)
+    last = dotted.rsplit(".", 1)[-1] if dotted is not None else None
+    frameworks: Set[str] = set()
+    if last in ("accelerator", "fabric"):
+        frameworks.add(last)
+    elif last == "trainer":
+        frameworks.update(("hf_trainer", "lightning_trainer"))
+    if dotted == "self":
+        if any(i.endswith("Trainer") for i in s.names):
+            frameworks.add("hf_trainer")
+    elif s.flow("framework", lambda node: _is_framework_constructor(s, node)).may_reach(
+        [receiver], s.call_frames[id(call)]
+    ):
+        frameworks.update(_KNOWN_FRAMEWORKS)
+    frameworks.update({*ALWAYS, *WITH_FSDP} - _KNOWN_FRAMEWORKS)  # one this screen does not know
+    methods: Set[str] = set()
+    for framework in frameworks:
+        methods |= ALWAYS.get(framework, frozenset()) | WITH_FSDP.get(framework, frozenset())
+    return methods
+
+
+def _fsd104(s: Summary) -> Iterator[ast.AST]:
+    # a collective (``collectives.torch_collective``, ``frameworks.framework_collective``)
+    # under a rank test or in a one-rank function
+    all_methods = set().union(*ALWAYS.values(), *WITH_FSDP.values())
+
+    def collective(call: ast.Call) -> bool:
+        func = call.func
+        attr = func.attr if type(func) is ast.Attribute else None
+        if attr == torch_api.SUMMON:
+            return call in _summons(s)
+        if attr == "state_dict" and not call.args and not call.keywords and (s.fsdp1_wraps() or s.fsdp1_names()):
+            receiver = func.value
+            if _dotted(receiver) in s.fsdp1_names():
+                return True
+            if _from_fsdp1(s, receiver, call):
+                return True
+        if attr in all_methods and attr in _framework_methods(s, call):
+            return True
+        names = s.callee(call)
+        return bool(
+            not names.isdisjoint(_GATHERS)
+            or not names.isdisjoint(_OPTIM_STATE)
+            or (not names.isdisjoint(_DIST) and bool(s.wraps()) and not _on_subgroup(call, names))
+        )
+
+    ranks = s.flow("rank", _rank_word)
+    for key, frame in s.frames.items():
+        for call in frame.calls:
+            guards = s.guards.get(id(call))
+            if (guards or frame.one_rank) and collective(call) and (frame.one_rank or ranks.may_reach(guards, key)):
+                yield call
+
+
+def _on_subgroup(call: ast.Call, names: Set[str]) -> bool:
+    """``collectives._on_subgroup``: a ``group=`` other than None, or one passed by position
+    (for every name the callee may have)."""
+    for keyword in call.keywords:
+        if keyword.arg in ("group", "process_group"):
+            return not (type(keyword.value) is ast.Name and keyword.value.id == "None")
+    positional = sum(1 for a in call.args if type(a) is not ast.Starred)
+    return all(
+        positional > (0 if name.rsplit(".", 1)[-1] in ("barrier", "monitored_barrier") else 2)
+        for name in names & _DIST
+    )
+
+
+def _is_fsdp1_wrap(s: Summary, node: ast.AST) -> bool:
+    return type(node) is ast.Call and not s.callee(node).isdisjoint(torch_api.FSDP_CLASS)
+
+
+def _from_fsdp1(s: Summary, expr: ast.AST, call: ast.Call) -> bool:
+    """``expr`` (at ``call``) may come from an FSDP1 construction (``fsdp_modules.origins``)."""
+    return s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([expr], s.call_frames[id(call)])
+
+
+def _fsd105(s: Summary) -> Iterator[ast.AST]:
+    # ``m.generate(...)`` where ``m`` is FSDP1-wrapped in the function (or ``self.m`` anywhere),
+    # or annotated as FSDP
+    wraps = s.wraps()
+    fsdp1 = set().union(*(names for _, _, first, names in wraps if first))
+    if not s.fsdp1_wraps() and not s.fsdp1_annotated():
+        return
+    for key, frame in s.frames.items():
+        local = None
+        for call in frame.calls:
+            func = call.func
+            if type(func) is not ast.Attribute or func.attr not in ENTRY_POINTS:
+                continue
+            owner = _dotted(func.value)
+            if owner is None:
+                continue
+            for inner in INNER:
+                if owner.endswith("." + inner):
+                    owner = owner[: -len(inner) - 1]
+                    break
+            if "." in owner:
+                if owner in fsdp1:
+                    yield call
+                continue
+            if local is None:
+                local = set().union(*(names for k, _, _, names in wraps if k == key))
+            if owner in local or owner in s.fsdp1_annotated():
+                yield call
+
+
+def _fsd106(s: Summary) -> Iterator[ast.AST]:
+    # a gradient norm of an FSDP2 model (``clip_grad_norm_``/``get_total_norm``, a norm of
+    # ``p.grad``: ``torch.norm(p.grad)``, ``p.grad.norm()``), and the reads of it
+    # (``.item()``, ``float(...)``): of the call itself or of a name bound to it
+    if not s.fsdp2_wraps():
+        return
+    norms = []
+    for frame in s.frames.values():
+        for call in frame.calls:
+            names = s.callee(call)
+            func = call.func
+            if not names.isdisjoint(TOTAL_NORM):
+                norms.append(call)
+                continue
+            if not names.isdisjoint(NORM_FUNCTIONS):
+                target = call.args[0] if call.args else None
+            elif type(func) is ast.Attribute and func.attr == "norm":
+                target = func.value
+            else:
+                continue
+            if type(target) is ast.Attribute and target.attr == "grad":
+                norms.append(call)
+    if not norms:
+        return
+    yield from norms
+    ids = {id(c) for c in norms}
+    named = set().union(*(s.assigned_to.get(i, ()) for i in ids))
+    for frame in s.frames.values():
+        for call in frame.calls:
+            func = call.func
+            if type(func) is ast.Attribute and func.attr in READS:
+                inner = func.value
+            elif type(func) is ast.Name and func.id in BUILTIN_READS and len(call.args) == 1:
+                inner = call.args[0]
+            else:
+                continue
+            while type(inner) is ast.Call and type(inner.func) is ast.Attribute and id(inner) not in ids and (
+                inner.func.attr in PASS_THROUGH | GATHERS
+            ):
+                inner = inner.func.value
+            if id(inner) in ids or _dotted(inner) in named:
+                yield call
+
+
+def _casts(s: Summary, call: ast.Call) -> bool:
+    """``_casts_dtype``: ``.to(dtype)``; ``.half()`` and the like without arguments."""
+    func = call.func
+    if func.attr != "to":
+        return not call.args and not call.keywords
+    return any(k.arg == "dtype" for k in call.keywords) or any(
+        type(a) is not ast.Starred and not s.qualnames(a).isdisjoint(TORCH_DTYPES) for a in call.args
+    )
+
+
+def _fsd107(s: Summary) -> Iterator[ast.AST]:
+    # a cast of a name an FSDP wrap binds (FSDP2: or takes), in the wrap's function (an
+    # attribute: anywhere)
+    wraps = s.wraps()
+    if not wraps:
+        return
+    anywhere = set().union(*(names for _, _, _, names in wraps))
+    for key, frame in s.frames.items():
+        local = None
+        for call in frame.calls:
+            func = call.func
+            if type(func) is not ast.Attribute or (func.attr not in CAST_METHODS and func.attr != "to"):
+                continue
+            receiver = _dotted(func.value)
+            if receiver is None or receiver not in anywhere or not _casts(s, call):
+                continue
+            if "." in receiver:
+                yield call
+                continue
+            if local is None:
+                local = set().union(*(names for k, _, _, names in wraps if k == key))
+            if receiver in local:
+                yield call
+
+
+def _fsd108(s: Summary) -> Iterator[ast.AST]:
+    # a save in a function that sets up FSDP or the process group, in a file using FSDP
+    wraps = s.wraps()
+    if not wraps and not s.imports_from(torch_api.FSDP_PACKAGE):
+        return
+    wrapped = set().union(*(names for _, _, _, names in wraps)) | s.fsdp1_annotated()
+    for frame in s.frames.values():
+        if not any(not s.qualnames(c.func).isdisjoint(DISTRIBUTED_SETUP | _WRAPS) for c in frame.calls):
+            continue
+        for call in frame.calls:
+            if not s.qualnames(call.func).isdisjoint(_SAVES):
+                yield call
+                continue
+            func = call.func
+            if type(func) is ast.Attribute and func.attr == "save_pretrained":
+                receiver = _dotted(func.value)
+                if receiver is not None and SaveOnEveryRank._is_model(receiver, wrapped):
+                    yield call
+
+
+_SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
+    "FSD001": _fsd001,
+    "FSD002": _fsd002,
+    "FSD003": _fsd003,
+    "FSD004": _fsd004,
+    "FSD005": _fsd005,
+    "FSD006": _fsd006,
+    "FSD007": _fsd005,  # a summon block (and a step in it)
+    "FSD008": _fsd005,  # a summon (in a forward or hook)
+    "FSD009": _fsd009,
+    "FSD010": _fsd010,
+    "FSD011": _fsd011,
+    "FSD012": _fsd012,
+    "FSD101": _fsd101,
+    "FSD102": _fsd102,
+    "FSD103": _fsd103,
+    "FSD104": _fsd104,
+    "FSD105": _fsd105,
+    "FSD106": _fsd106,
+    "FSD107": _fsd107,
+    "FSD108": _fsd108,
+}
+
+
+def screened(rules: Iterable[type]) -> bool:
+    """Some of ``rules`` has a screen (worth an ``ast`` parse)."""
+    return any(rule.code in _SCREENS for rule in rules)
+
+
+def fires(summary: Summary, rule) -> bool:
+    """Whether ``rule`` may report something on the module ``summary`` describes."""
+    screen_of = _SCREENS.get(rule.code)
+    return screen_of is None or next(iter(screen_of(summary)), None) is not None
+
+
+def screen(tree: ast.Module, rules: Iterable[type]) -> List[type]:
+    """``live_rules`` without its safety net (the tests call this)."""
+    summary = Summary(tree)
+    return [rule for rule in rules if fires(summary, rule)]
+
+
+def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
+    """The command line's cheap stages after the markers: the compiled-names stage
+    (``Summary.confirms``: [] when no rule's topic is named in code) and the screen, from
+    one ``ast`` parse.  Text CPython cannot parse keeps every rule (libcst decides)."""
+    tree = parse(text)
+    if tree is None:
+        return list(rules)
+    try:
+        summary = Summary(tree)
+        if not summary.confirms(rules, text):
+            return []
+        return [rule for rule in rules if fires(summary, rule)]
+    except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
+        return list(rules) if ast_confirms(text, rules) else []
+
+
+def live_rules(tree: Optional[ast.Module], rules: Iterable[type]) -> List[type]:
+    """The rules of ``rules`` that may report something on the module ``tree`` (all of
+    them when there is no tree, or when the screen fails: libcst then decides)."""
+    rules = list(rules)
+    if tree is None or not screened(rules):
+        return rules
+    try:
+        return screen(tree, rules)
+    except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
+        return rules
+
+
+def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> Tuple[List[type], Optional[Set[int]]]:
+    """``live_rules``, and the lines where their findings may stand (every candidate site
+    of every live rule, and the lines the facts read file-wide: ``evidence_lines``); None
+    when some live rule has no screen (or the screen fails): the slice then keeps what
+    its own closure finds."""
+    rules = list(rules)
+    if tree is None:
+        return rules, None
+    try:
+        summary = Summary(tree)
+        live: List[type] = []
+        lines: Set[int] = set()
+        unknown = False
+        for rule in rules:
+            screen_of = _SCREENS.get(rule.code)
+            if screen_of is None:
+                live.append(rule)
+                unknown = True
+                continue
+            sites = [node.lineno for node in screen_of(summary)]
+            if sites:
+                live.append(rule)
+                lines.update(sites)
+        return live, (None if unknown else lines | evidence_lines(summary))
+    except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
+        return rules, None
+
+
+def evidence_lines(summary: Summary) -> Set[int]:
+    """Lines the facts read for the whole file, wherever a finding stands: a framework's
+    FSDP switch (``frameworks.shows_fsdp``: ``fsdp_plugin=``, ``fsdp_config=``,
+    ``strategy="fsdp"``, ``fsdp="full_shard"``)."""
+    found = set()
+    for frame in summary.frames.values():
+        for call in frame.calls:
+            for keyword in call.keywords:
+                if keyword.arg in ("fsdp_plugin", "fsdp_config"):
+                    found.add(call.lineno)
+                elif keyword.arg in ("strategy", "fsdp"):
+                    value = keyword.value.value if type(keyword.value) is ast.Constant else None
+                    if type(value) is str and ("fsdp" in value or "full_shard" in value or "shard_grad_op" in value):
+                        found.add(call.lineno)
+    return found
+
+
+def ast_confirms(text: str, rules: Sequence[type]) -> bool:
+    """Stage 2: a rule's first marker group names an identifier the code really uses
+    (an attribute, a global, an imported name; never a string, comment or docstring).
+
+    CPython compiles the file (C speed, nothing is run) and the names of its code objects
+    are searched; measured faster than ``ast.parse`` alone.  Where CPython cannot compile
+    the file (newer syntax, invalid code), the answer is yes: libcst decides, never at a
+    finding's price."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            code = compile(text, "<fsdp-lint>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return True
+    wanted = {marker for rule in rules for marker in rule.markers[0]}
+    stack = [code]
+    while stack:
+        code = stack.pop()
+        for name in (*code.co_names, *code.co_varnames, *code.co_cellvars, *code.co_freevars):
+            if name in wanted or ("." in name and wanted.intersection(name.split("."))):
+                return True
+        stack.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return False
