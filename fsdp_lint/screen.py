@@ -1166,13 +1166,28 @@ def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> T
         return rules, None
 
 
+_EVIDENCE_CALLS = (
+    torch_api.CPU_OFFLOAD | torch_api.CPU_OFFLOAD_POLICY | torch_api.FULL_STATE_DICT_CONFIG
+    | torch_api.STATE_DICT_OPTIONS | FSDP_PLUGIN
+)
+_EVIDENCE_SUFFIXES = ("ModelParallelStrategy", "FSDPStrategy", "FullyShardedDataParallelPlugin")
+
+
 def evidence_lines(summary: Summary) -> Set[int]:
-    """Lines the facts read for the whole file, wherever a finding stands: a framework's
-    FSDP switch (``frameworks.shows_fsdp``: ``fsdp_plugin=``, ``fsdp_config=``,
+    """Lines the facts read for the whole file, wherever a finding stands: every FSDP
+    construction, under any alias or partial (``fsdp_modules``: the names that hold an FSDP
+    module), every name annotated as FSDP, every offload and state-dict configuration
+    (``offload.cpu_param_evidence``), a framework's FSDP plugin or strategy, and its FSDP
+    switch (``frameworks.shows_fsdp``: ``fsdp_plugin=``, ``fsdp_config=``,
     ``strategy="fsdp"``, ``fsdp="full_shard"``)."""
-    found = set()
+    found = {call.lineno for _, call, _, _ in summary.wraps()}
+    for name, hints in summary.annotated.items():
+        found.update(h.lineno for h in hints if not summary.qualnames(h).isdisjoint(torch_api.FSDP_CLASS))
     for frame in summary.frames.values():
         for call in frame.calls:
+            names = summary.callee(call)
+            if not names.isdisjoint(_EVIDENCE_CALLS) or any(q.endswith(_EVIDENCE_SUFFIXES) for q in names):
+                found.add(call.lineno)
             for keyword in call.keywords:
                 if keyword.arg in ("fsdp_plugin", "fsdp_config"):
                     found.add(call.lineno)

@@ -920,6 +920,12 @@ def _choose(
         frontier = added
     if not kept:
         return None  # nothing relevant found (markers only in comments between statements): parse it all
+    # code outside any function (module level, class bodies) is one function for the facts
+    # (``ctx.function`` None): a site there is paired with every such statement (``used_after``,
+    # ``rebound_between``, ``balanced``, a wrap and an optimizer "in the same function")
+    trigger = _site_units(units, sites) if sites is not None else kept
+    if any(_outside_functions(units[i]) for i in trigger):
+        kept.update(i for i, unit in enumerate(units) if _outside_functions(unit))
     # an ``if`` with a branch that leaves the block (``if rank != 0: raise ...`` at module
     # level or in a class body) guards every statement after it (``facts.index``)
     kept.update(i for i, unit in enumerate(units) if any(map(_exits_early, unit.nodes)))
@@ -930,6 +936,11 @@ def _choose(
 
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _outside_functions(unit: _Unit) -> bool:
+    """Statements run outside any function: not a header, and not only definitions."""
+    return unit.header is None and not all(isinstance(node, _DEFINITIONS) for node in unit.nodes)
 
 
 def _exits_early(node: ast.AST) -> bool:
