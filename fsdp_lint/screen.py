@@ -1138,11 +1138,19 @@ def live_rules(tree: Optional[ast.Module], rules: Iterable[type]) -> List[type]:
         return rules
 
 
-def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> Tuple[List[type], Optional[Set[int]]]:
+class Sites(frozenset):
+    """Lines where findings of the live rules may stand (``live_rules_and_sites``).
+    ``complete`` is False when some live rule has no screen: its findings may stand
+    anywhere, and the slice runs its whole closure besides these seeds."""
+
+    complete = True
+
+
+def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> Tuple[List[type], Optional[Sites]]:
     """``live_rules``, and the lines where their findings may stand (every candidate site
-    of every live rule, and the lines the facts read file-wide: ``evidence_lines``); None
-    when some live rule has no screen (or the screen fails): the slice then keeps what
-    its own closure finds."""
+    of every screened live rule, and the lines the facts read file-wide:
+    ``evidence_lines``); None when the screen fails (the slice then keeps what its own
+    closure finds)."""
     rules = list(rules)
     if tree is None:
         return rules, None
@@ -1150,18 +1158,21 @@ def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> T
         summary = Summary(tree)
         live: List[type] = []
         lines: Set[int] = set()
-        unknown = False
+        complete = True
         for rule in rules:
             screen_of = _SCREENS.get(rule.code)
             if screen_of is None:
                 live.append(rule)
-                unknown = True
+                complete = False
                 continue
-            sites = [node.lineno for node in screen_of(summary)]
-            if sites:
+            found = [node.lineno for node in screen_of(summary)]
+            if found:
                 live.append(rule)
-                lines.update(sites)
-        return live, (None if unknown else lines | evidence_lines(summary))
+                lines.update(found)
+        sites = Sites(lines | evidence_lines(summary))
+        if not complete:
+            sites.complete = False
+        return live, sites
     except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
         return rules, None
 

@@ -782,18 +782,20 @@ def choose(
     ``ast``, when the caller has it.  ``sites``: the lines where a finding of ``rules``
     may stand (``screen.live_rules_and_sites``): they are the seeds, with the units naming
     a torch API the facts read file-wide, and nothing is followed forward from them but
-    one level of callers."""
+    one level of callers (unless ``sites.complete`` is False: then the whole closure
+    runs besides them)."""
     if tree is None:
         tree = _parse(text)
     if tree is None or not tree.body:
         return None
     units = _units(tree)
-    vocabulary, markers = vocabulary_for(rules if sites is None else ())
+    follow = sites is None or not getattr(sites, "complete", True)  # the whole closure too
+    vocabulary, markers = vocabulary_for(rules if follow else ())
     lines = text.splitlines(keepends=True)
     index = _Index(units, lines, vocabulary)
     index.limit = max_share * len(lines) if max_share < 1.0 else None
     try:
-        return _choose(index, markers, vocabulary, sites)
+        return _choose(index, markers, vocabulary, sites, follow)
     except _TooMuch:
         return None
 
@@ -816,7 +818,7 @@ def _site_units(units: List[_Unit], sites: Set[int]) -> List[int]:
 
 
 def _choose(
-    index: "_Index", markers, vocabulary, sites: Optional[Set[int]] = None
+    index: "_Index", markers, vocabulary, sites: Optional[Set[int]] = None, follow: bool = True
 ) -> Optional[Tuple[List[_Unit], Set[int]]]:
     units, lines = index.units, index.lines
     importing = sorted(index.mentioning(("import",)))
@@ -883,7 +885,7 @@ def _choose(
             unit = index.unit(i)
             if unit.top_import:
                 defs, functions, new_chains, local = unit.vocabulary_aliases - relevant, set(), set(), set()
-            elif sites is not None:
+            elif not follow:
                 # every site is a seed: only the callers of a seed's functions (one level:
                 # ``loops.per_step_via_call``, ``offload``'s callers of a wrap, hooks by name)
                 defs, new_chains, local = set(), set(), set()

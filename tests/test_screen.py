@@ -427,3 +427,6 @@ def test_generated_modules_same_with_and_without_the_screen(text):
         whole = _unscreened(patch, text, "gen.py")
     assert _seen(lint_text_sliced(text, "gen.py", ALL_RULES, None).diagnostics) == _seen(whole)
     assert _seen(lint_text_sliced(text, "gen.py", ALL_RULES, 0).diagnostics) == _seen(whole)
+    with MonkeyPatch.context() as patch:  # as with a rule the screen does not know: sites and the whole closure
+        patch.setattr(screen.Sites, "complete", False)
+        assert _seen(lint_text_sliced(text, "gen.py", ALL_RULES, 0).diagnostics) == _seen(whole)
