@@ -1,19 +1,23 @@
-"""Which selected rules can report anything on a file, proven with the stdlib ``ast``
-before libcst is imported or parses anything (the engine's stage after the text markers
-and the compiled names).
+"""Which selected rules can report anything on a file, and where, proven with the stdlib
+``ast`` before libcst is imported or parses anything (the engine's stage after the text
+markers; the command line also reads its compiled-names check from the same walk:
+``Summary.confirms``).
 
-A rule is dropped for a file only when a necessary condition of its ``check`` fails.  The
-conditions are read off the rule and the facts it asks, and each errs on "can fire":
+Each rule's screen yields the calls where one of its findings may stand (its candidate
+sites); a rule with none is dropped for the file, and the sites seed the slice
+(``slicing``).  A screen is a necessary condition read off the rule's ``check`` and the
+facts it asks, and errs on "can fire":
 
 - a qualified name (``facts.qualname``: ``dist.barrier`` is ``torch.distributed.barrier``
   after ``import torch.distributed as dist``) is read the way ``facts.imports`` reads it,
   through absolute imports and name-to-name assignments, keeping every answer a name may
   have (the facts give up on a name bound twice; the screen keeps both);
 - where the facts follow a value (``facts.dataflow``: a receiver to ``Accelerator()``, a
-  model to ``FSDP(...)``, an ``if`` test to ``rank == 0``), the screen follows it more
-  widely (``_Flow``): any binding of the name anywhere, any function of the name called,
-  every argument of every call of a function for its parameters, and everything inside
-  an expression rather than its value alone;
+  model to ``FSDP(...)``, an ``if`` test to ``rank == 0``), the screen follows it as
+  ``scopes.lookup`` does, but more widely (``_Flow``): every binding of the name in the
+  function (else outside functions; ``self.x`` anywhere), every function of a called name,
+  and inside a function entered through a call every argument of every call of it for a
+  parameter; and it looks at everything inside an expression, not its value alone;
 - where the rule pairs two sites of one function (an optimizer built and a module
   wrapped; a cast after a wrap; a save in a function that sets up FSDP), both must stand
   in one ``def`` (lambdas count as their ``def``; module level and class bodies are one
@@ -22,11 +26,12 @@ conditions are read off the rule and the facts it asks, and each errs on "can fi
   guards: an ``if``'s branches, and the rest of a block after an ``if`` with an exiting
   branch; a lambda has none), or in a function with a one-rank decorator.
 
-Rules without an entry in ``_SCREENS`` are always kept: a new rule is checked by libcst
-until someone writes its condition.  ``tests/test_screen.py`` checks, on every fixture and
-on code written to reach each condition's corners, that every rule that reports is kept.
-What the screen costs is an ``ast.parse`` and one walk (about a twentieth of libcst's parse
-and facts walk).
+Rules without an entry in ``_SCREENS`` are always kept (and the slice then runs its whole
+closure): a new rule is checked by libcst until someone writes its condition.
+``tests/test_screen.py`` checks, on every fixture, on code written to reach each
+condition's corners and on generated modules, that the screen changes no diagnostic.  What
+it costs is an ``ast.parse`` and one walk (about a twentieth of libcst's parse and facts
+walk).
 """
 
 from __future__ import annotations
@@ -147,7 +152,6 @@ class Summary:
         self.defaults: Dict[int, List[Tuple[str, ast.expr, int]]] = {}  # frame -> (parameter, default, frame)
         self.calls_by_name: Dict[str, List[ast.Call]] = {}  # callee's last name -> calls
         self.call_frames: Dict[int, int] = {}  # id(call) -> its frame
-        self.functions: Dict[str, List[int]] = {}  # function name -> frames
         self.assigned_to: Dict[int, Set[str]] = {}  # id(call) -> names bound to its value
         self.annotated: Dict[str, List[ast.expr]] = {}
         self.imported: Dict[str, Set[str]] = {}  # name -> qualified names absolute imports bind to it
@@ -330,7 +334,6 @@ class Summary:
         self.identifiers.add(name)
         key = id(node)
         self.frames[key] = frame = _Frame(name)
-        self.functions.setdefault(name, []).append(key)
         _block(node.body, key, (), push)
         for decorator in node.decorator_list:
             callee = decorator.func if type(decorator) is ast.Call else decorator
@@ -1135,11 +1138,19 @@ def live_rules(tree: Optional[ast.Module], rules: Iterable[type]) -> List[type]:
         return rules
 
 
-def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> Tuple[List[type], Optional[Set[int]]]:
+class Sites(frozenset):
+    """Lines where findings of the live rules may stand (``live_rules_and_sites``).
+    ``complete`` is False when some live rule has no screen: its findings may stand
+    anywhere, and the slice runs its whole closure besides these seeds."""
+
+    complete = True
+
+
+def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> Tuple[List[type], Optional[Sites]]:
     """``live_rules``, and the lines where their findings may stand (every candidate site
-    of every live rule, and the lines the facts read file-wide: ``evidence_lines``); None
-    when some live rule has no screen (or the screen fails): the slice then keeps what
-    its own closure finds."""
+    of every screened live rule, and the lines the facts read file-wide:
+    ``evidence_lines``); None when the screen fails (the slice then keeps what its own
+    closure finds)."""
     rules = list(rules)
     if tree is None:
         return rules, None
@@ -1147,29 +1158,47 @@ def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> T
         summary = Summary(tree)
         live: List[type] = []
         lines: Set[int] = set()
-        unknown = False
+        complete = True
         for rule in rules:
             screen_of = _SCREENS.get(rule.code)
             if screen_of is None:
                 live.append(rule)
-                unknown = True
+                complete = False
                 continue
-            sites = [node.lineno for node in screen_of(summary)]
-            if sites:
+            found = [node.lineno for node in screen_of(summary)]
+            if found:
                 live.append(rule)
-                lines.update(sites)
-        return live, (None if unknown else lines | evidence_lines(summary))
+                lines.update(found)
+        sites = Sites(lines | evidence_lines(summary))
+        if not complete:
+            sites.complete = False
+        return live, sites
     except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
         return rules, None
 
 
+_EVIDENCE_CALLS = (
+    torch_api.CPU_OFFLOAD | torch_api.CPU_OFFLOAD_POLICY | torch_api.FULL_STATE_DICT_CONFIG
+    | torch_api.STATE_DICT_OPTIONS | FSDP_PLUGIN
+)
+_EVIDENCE_SUFFIXES = ("ModelParallelStrategy", "FSDPStrategy", "FullyShardedDataParallelPlugin")
+
+
 def evidence_lines(summary: Summary) -> Set[int]:
-    """Lines the facts read for the whole file, wherever a finding stands: a framework's
-    FSDP switch (``frameworks.shows_fsdp``: ``fsdp_plugin=``, ``fsdp_config=``,
+    """Lines the facts read for the whole file, wherever a finding stands: every FSDP
+    construction, under any alias or partial (``fsdp_modules``: the names that hold an FSDP
+    module), every name annotated as FSDP, every offload and state-dict configuration
+    (``offload.cpu_param_evidence``), a framework's FSDP plugin or strategy, and its FSDP
+    switch (``frameworks.shows_fsdp``: ``fsdp_plugin=``, ``fsdp_config=``,
     ``strategy="fsdp"``, ``fsdp="full_shard"``)."""
-    found = set()
+    found = {call.lineno for _, call, _, _ in summary.wraps()}
+    for name, hints in summary.annotated.items():
+        found.update(h.lineno for h in hints if not summary.qualnames(h).isdisjoint(torch_api.FSDP_CLASS))
     for frame in summary.frames.values():
         for call in frame.calls:
+            names = summary.callee(call)
+            if not names.isdisjoint(_EVIDENCE_CALLS) or any(q.endswith(_EVIDENCE_SUFFIXES) for q in names):
+                found.add(call.lineno)
             for keyword in call.keywords:
                 if keyword.arg in ("fsdp_plugin", "fsdp_config"):
                     found.add(call.lineno)

@@ -781,18 +781,20 @@ def choose(
     ``ast``, when the caller has it.  ``sites``: the lines where a finding of ``rules``
     may stand (``screen.live_rules_and_sites``): they are the seeds, with the units naming
     a torch API the facts read file-wide, and nothing is followed forward from them but
-    one level of callers."""
+    one level of callers (unless ``sites.complete`` is False: then the whole closure
+    runs besides them)."""
     if tree is None:
         tree = _parse(text)
     if tree is None or not tree.body:
         return None
     units = _units(tree)
-    vocabulary, markers = vocabulary_for(rules if sites is None else ())
+    follow = sites is None or not getattr(sites, "complete", True)  # the whole closure too
+    vocabulary, markers = vocabulary_for(rules if follow else ())
     lines = text.splitlines(keepends=True)
     index = _Index(units, lines, vocabulary)
     index.limit = max_share * len(lines) if max_share < 1.0 else None
     try:
-        return _choose(index, markers, vocabulary, sites)
+        return _choose(index, markers, vocabulary, sites, follow)
     except _TooMuch:
         return None
 
@@ -815,7 +817,7 @@ def _site_units(units: List[_Unit], sites: Set[int]) -> List[int]:
 
 
 def _choose(
-    index: "_Index", markers, vocabulary, sites: Optional[Set[int]] = None
+    index: "_Index", markers, vocabulary, sites: Optional[Set[int]] = None, follow: bool = True
 ) -> Optional[Tuple[List[_Unit], Set[int]]]:
     units, lines = index.units, index.lines
     importing = sorted(index.mentioning(("import",)))
@@ -882,7 +884,7 @@ def _choose(
             unit = index.unit(i)
             if unit.top_import:
                 defs, functions, new_chains, local = unit.vocabulary_aliases - relevant, set(), set(), set()
-            elif sites is not None:
+            elif not follow:
                 # every site is a seed: only the callers of a seed's functions (one level:
                 # ``loops.per_step_via_call``, ``offload``'s callers of a wrap, hooks by name)
                 defs, new_chains, local = set(), set(), set()
@@ -919,6 +921,12 @@ def _choose(
         frontier = added
     if not kept:
         return None  # nothing relevant found (markers only in comments between statements): parse it all
+    # code outside any function (module level, class bodies) is one function for the facts
+    # (``ctx.function`` None): a site there is paired with every such statement (``used_after``,
+    # ``rebound_between``, ``balanced``, a wrap and an optimizer "in the same function")
+    trigger = _site_units(units, sites) if sites is not None else kept
+    if any(_outside_functions(units[i]) for i in trigger):
+        kept.update(i for i, unit in enumerate(units) if _outside_functions(unit))
     # an ``if`` with a branch that leaves the block (``if rank != 0: raise ...`` at module
     # level or in a class body) guards every statement after it (``facts.index``)
     kept.update(i for i, unit in enumerate(units) if any(map(_exits_early, unit.nodes)))
@@ -929,6 +937,11 @@ def _choose(
 
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _outside_functions(unit: _Unit) -> bool:
+    """Statements run outside any function: not a header, and not only definitions."""
+    return unit.header is None and not all(isinstance(node, _DEFINITIONS) for node in unit.nodes)
 
 
 def _exits_early(node: ast.AST) -> bool:

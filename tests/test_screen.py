@@ -338,13 +338,17 @@ _HEADERS = [
 _GLOBALS = [
     "RANK0 = dist.get_rank() == 0", "LOCAL = int(os.environ['LOCAL_RANK'])",
     "WRAP = functools.partial(FSDP, use_orig_params=False)", "OFF = CPUOffload(offload_params=True)",
-    "CFG = {'device_id': torch.device('cpu')}", "acc = Accelerator()",
+    "CFG = {'device_id': torch.device('cpu')}", "acc = Accelerator()", "Sharded = FSDP",
+    "if not RANK0:\n    raise SystemExit",
 ]
 _HELPERS = [
     "def is_main():\n    return dist.get_rank() == 0\n",
     "def build(m):\n    return torch.optim.SGD(m.parameters(), lr=0.1)\n",
     "def shard(m, **kw):\n    return FSDP(m, **kw)\n",
     "def same(x):\n    return x\n",
+    "def save(m: FSDP):\n    if RANK0:\n        return m.state_dict()\n",
+    "def step(model, loader, opt):\n    for batch in loader:\n        main_step(model)\n        opt.step()\n",
+    "def main_step(model):\n    with FSDP.summon_full_params(model):\n        pass\n",
 ]
 _STATEMENTS = [
     "model = FSDP(net)", "model = WRAP(net)", "fully_shard(model)", "model = shard(net, cpu_offload=OFF)",
@@ -355,7 +359,13 @@ _STATEMENTS = [
     "out = model.generate(x)", "norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)", "print(norm.item())",
     "dist.init_process_group('nccl')", "FSDP.summon_full_params(model)", "flag = same(RANK0)",
     "model.save_pretrained('out')", "acc.save_model(model, 'out')", "self.model = FSDP(net)",
-    "self.model.state_dict()", "self.model.generate(x)",
+    "self.model.state_dict()", "self.model.generate(x)", "model = Sharded(net)", "save(model)",
+    "self.opt = torch.optim.SGD(self.model.parameters())", "self.model.half()",
+    "model = FSDP(model, use_orig_params=False)", "model = FSDP(model, cpu_offload=OFF)",
+    "opt = torch.optim.SGD(model.parameters())\nfully_shard(model)\nopt.step()",
+    "opt = torch.optim.SGD(model.parameters())\nmodel = WRAP(model)\nopt.step()",
+    "fully_shard(model)\nnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nprint(norm.item())",
+    "model = FSDP(model, cpu_offload=OFF)\nmodel.cuda()",
 ]
 _TESTS = [
     "dist.get_rank() == 0", "RANK0", "is_main()", "acc.is_main_process", "flag", "LOCAL in (-1, 0)",
@@ -370,17 +380,19 @@ def _block_lines(draw, indent):
         kind = draw(st.sampled_from(["plain", "plain", "if", "with", "exit", "loop"]))
         statement = draw(st.sampled_from(_STATEMENTS))
         test = draw(st.sampled_from(_TESTS))
+        inner = statement.replace("\n", "\n" + indent + "    ")
+        statement = statement.replace("\n", "\n" + indent)
         if kind == "plain":
             lines.append(indent + statement)
         elif kind == "if":
-            lines += [f"{indent}if {test}:", f"{indent}    {statement}"]
+            lines += [f"{indent}if {test}:", f"{indent}    {inner}"]
         elif kind == "with":
             arg = draw(st.sampled_from(["", ", offload_to_cpu=True", ", rank0_only=True", ", with_grads=True"]))
-            lines += [f"{indent}with FSDP.summon_full_params(model{arg}):", f"{indent}    {statement}"]
+            lines += [f"{indent}with FSDP.summon_full_params(model{arg}):", f"{indent}    {inner}"]
         elif kind == "exit":
             lines += [f"{indent}if not ({test}):", f"{indent}    return", indent + statement]
         else:
-            lines += [f"{indent}for batch in loader:", f"{indent}    {statement}"]
+            lines += [f"{indent}for batch in loader:", f"{indent}    {inner}"]
     return lines
 
 
@@ -395,6 +407,8 @@ def _generated(draw):
             lines += draw(_block_lines(""))
         elif where == "method":
             lines += [f"class Runner{index}:", "    def run(self, net, loader, x, loss, step):"]
+            lines += draw(_block_lines("        "))
+            lines += ["    def later(self, net, loader, x, loss, step):"]
             lines += draw(_block_lines("        "))
         else:
             if where == "decorated":
@@ -413,3 +427,6 @@ def test_generated_modules_same_with_and_without_the_screen(text):
         whole = _unscreened(patch, text, "gen.py")
     assert _seen(lint_text_sliced(text, "gen.py", ALL_RULES, None).diagnostics) == _seen(whole)
     assert _seen(lint_text_sliced(text, "gen.py", ALL_RULES, 0).diagnostics) == _seen(whole)
+    with MonkeyPatch.context() as patch:  # as with a rule the screen does not know: sites and the whole closure
+        patch.setattr(screen.Sites, "complete", False)
+        assert _seen(lint_text_sliced(text, "gen.py", ALL_RULES, 0).diagnostics) == _seen(whole)
