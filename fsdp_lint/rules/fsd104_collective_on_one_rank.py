@@ -127,9 +127,10 @@ No automatic fix: the gathering call has to move before the rank test.
                 continue
             if collective.balanced_by and balanced(facts, site, collective.balanced_by):
                 continue
+            test = getattr(guard, "node", guard)  # an ``if``'s Guard, or a one-rank decorator itself
             report(
                 site.node,
-                f"{collective.what} called only under the rank test at line {report.row(guard.node)}: the other ranks "
+                f"{collective.what} called only under the rank test at line {report.row(test)}: the other ranks "
                 "never join and the job hangs; gather on every rank, then save under the rank test",
                 statement=site.ctx.statement,
             )
