@@ -59,8 +59,9 @@ import ast
 import bisect
 import re
 import unicodedata
-import warnings
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from fsdp_lint.screen import parse
 
 # Files shorter than this are parsed whole: the ``ast`` pass would cost more than it saves.
 MIN_CHARS = 16_000
@@ -512,15 +513,6 @@ def vocabulary_for(rules: Sequence[type]) -> Tuple[Set[str], Tuple[str, ...]]:
     return identifiers, tuple(sorted(markers))
 
 
-def _parse(text: str) -> Optional[ast.Module]:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return None
-
-
 class _Index:
     """The units of a file, analysed on demand: a unit's ``ast`` is walked only when the
     closure asks about it.  Which units to ask is narrowed by the identifiers of each
@@ -784,7 +776,7 @@ def choose(
     one level of callers (unless ``sites.complete`` is False: then the whole closure
     runs besides them)."""
     if tree is None:
-        tree = _parse(text)
+        tree = parse(text)
     if tree is None or not tree.body:
         return None
     units = _units(tree)
