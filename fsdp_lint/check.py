@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Type
 
 from fsdp_lint.cache import Cache
-from fsdp_lint.config import ConfigFinder, version_tuple
+from fsdp_lint.config import ConfigFinder
 from fsdp_lint.diagnostics import Diagnostic
 from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, error_diagnostic, lint_text, wanted_rules
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
-from fsdp_lint.rules import select_rules
+from fsdp_lint.rules import for_target, select_rules
 from fsdp_lint.rules.base import Rule
 from fsdp_lint.screen import confirmed_live_rules
 from fsdp_lint.source import (
@@ -62,12 +62,15 @@ class Settings:
             o.target_torch_version or config.target_torch_version,
         )
         if key not in self._rules:
-            rules = select_rules(list(key[0]) + list(key[1]), key[2])
-            if key[3]:
-                target = version_tuple(key[3])
-                rules = [r for r in rules if not (r.hazard_fixed_in and version_tuple(r.hazard_fixed_in) <= target)]
-            self._rules[key] = rules
+            self._rules[key] = for_target(select_rules(list(key[0]) + list(key[1]), key[2]), key[3])
         return self._rules[key]
+
+    def __getstate__(self):
+        # the rules per configuration are a cache, and may hold classes made for a target
+        # torch version (``Rule.for_target``), which pickle cannot name: rebuilt on use
+        state = dict(self.__dict__)
+        state["_rules"] = {}
+        return state
 
     def unsafe_for(self, path: str) -> bool:
         if self.overrides.unsafe_fixes is not None:
@@ -155,7 +158,7 @@ def write_fixes(source: SourceFile, report: FileReport, settings: Settings) -> N
 def _lint_cached(source: SourceFile, rules, cache: Optional[Cache]) -> List[Diagnostic]:
     if cache is None or not wanted_rules(source.text, rules):
         return lint_text(source.text, source.path, rules).diagnostics
-    key = cache.key(source.raw, [rule.code for rule in rules])
+    key = cache.key(source.raw, [rule.cache_tag() for rule in rules])
     hit = cache.get(key, source.path)
     if hit is not None:
         return hit
@@ -168,7 +171,7 @@ def _lint_cached(source: SourceFile, rules, cache: Optional[Cache]) -> List[Diag
 def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
     if settings.cache is None or settings.fix or settings.diff:
         return None
-    return settings.cache.key(source.raw, [rule.code for rule in rules])
+    return settings.cache.key(source.raw, [rule.cache_tag() for rule in rules])
 
 
 def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True) -> Optional[FileReport]:

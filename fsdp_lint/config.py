@@ -54,10 +54,6 @@ class Config:
         return codes
 
 
-def version_tuple(text: str):
-    return tuple(int(part) for part in re.split(r"[.+]", text)[:3] if part.isdigit())
-
-
 VERSION_RULE = 'must be a version string such as "2.13" or "2.14.1"'
 
 

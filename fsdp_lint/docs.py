@@ -22,7 +22,8 @@ from typing import List, Optional
 from fsdp_lint.rules import ALL_RULES
 from fsdp_lint.scenarios.registry import forms, variants
 from fsdp_lint.verify.records import form_of, load
-from fsdp_lint.verify.scenario import installed_versions, label, spec_matches, version_tuple
+from fsdp_lint.verify.scenario import installed_versions, label, spec_matches
+from fsdp_lint.versions import version_tuple
 
 FIX_WORDS = {"always": "Fix is always available.", "sometimes": "Fix is sometimes available.", "never": "No automatic fix."}
 
@@ -133,6 +134,11 @@ def render_rule(rule, records: Optional[List[dict]] = None) -> str:
     section per framework form, ``FSD104 (accelerate)``) with its results."""
     records = load() if records is None else records
     known = f"\nHazard fixed in torch {rule.hazard_fixed_in}.\n" if rule.hazard_fixed_in else ""
+    known += "".join(
+        f"\nThe {path} path's hazard was fixed in torch {release}: it reports only with "
+        f"`target-torch-version` below {release}.\n"
+        for path, release in rule.paths_fixed_in.items()
+    )
     page = (
         f"# {rule.name} ({rule.code})\n\n{FIX_WORDS[rule.fix_availability]}\n{known}\n{rule.doc}\n"
         f"## Verified (`fsdp-lint verify {rule.code}`)\n"

@@ -740,8 +740,14 @@ def _fsd009(s: Summary) -> Iterator[ast.AST]:
 
 
 def _fsd010(s: Summary) -> Iterator[ast.AST]:
-    if "NO_SHARD" in s.names:
-        yield from (c for c in _summons(s) if _passed(s, c, "offload_to_cpu"))
+    # a summon offloading to the CPU; the state-dict path: ``FSDP.state_dict_type`` with a
+    # ``FullStateDictConfig`` in the file (whatever the target torch version)
+    if "NO_SHARD" not in s.names:
+        return
+    yield from (c for c in _summons(s) if _passed(s, c, "offload_to_cpu"))
+    if any(not s.callee(c).isdisjoint(torch_api.FULL_STATE_DICT_CONFIG) for f in s.frames.values() for c in f.calls):
+        for frame in s.frames.values():
+            yield from (c for c in frame.calls if not s.callee(c).isdisjoint(torch_api.STATE_DICT_TYPE_METHODS))
 
 
 def _fsd011(s: Summary) -> Iterator[ast.AST]:

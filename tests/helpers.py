@@ -4,7 +4,7 @@ import textwrap
 
 from fsdp_lint.engine import lint_text
 from fsdp_lint.fixer import fix_text
-from fsdp_lint.rules import ALL_RULES
+from fsdp_lint.rules import ALL_RULES, for_target
 
 
 def lint(source: str, rules=ALL_RULES, dedent=True):
@@ -18,3 +18,13 @@ def codes_rows(source: str, rules=ALL_RULES):
 
 def fix(source: str, unsafe=False, rules=ALL_RULES):
     return fix_text(source, "<test>", rules, unsafe).text
+
+
+FIXTURE_TARGET = "target-torch-"
+
+
+def fixture_rules(path):
+    """The rules a fixture is linted with: those for its folder's target torch version
+    (``fires/target-torch-2.0/x.py``), or for no target."""
+    name = path.parent.name
+    return for_target(ALL_RULES, name[len(FIXTURE_TARGET):] if name.startswith(FIXTURE_TARGET) else None)

@@ -53,6 +53,28 @@ def test_target_torch_version_skips_fixed_hazards(cli, project):
     (project / "pyproject.toml").write_text('[tool.fsdp-lint]\ntarget-torch-version = "2.14.1"\n')
     assert ("src/a.py", "FSD001") not in codes(cli, project)
     assert ("src/a.py", "FSD001") in codes(cli, project, "--target-torch-version", "2.13")
+    # 2.14 is 2.14.0, which still has the hazard fixed in 2.14.1
+    assert ("src/a.py", "FSD001") in codes(cli, project, "--target-torch-version", "2.14")
+
+
+STATE_DICT = FIXTURES / "FSD010" / "fires" / "target-torch-2.0" / "single_gpu_finetune.py"
+
+
+def test_a_path_fixed_long_ago_reports_only_below_its_release(cli, tmp_path):
+    """FSD010's state-dict path (fixed in torch 2.1) is off without a target version, on
+    below 2.1; the cache keeps the answers apart (no --no-cache here)."""
+    shutil.copy(STATE_DICT, tmp_path / "save.py")
+
+    def found(*args):
+        result = cli("check", "--format", "json", *args, "save.py", cwd=tmp_path)
+        return [(d["code"], d["location"]["row"]) for d in json.loads(result.stdout)]
+
+    assert found() == []
+    assert found("--target-torch-version", "2.0.1") == [("FSD010", 22)]
+    assert found("--target-torch-version", "2.1") == []
+    assert found("--target-torch-version", "2.0") == [("FSD010", 22)]
+    (tmp_path / "pyproject.toml").write_text('[tool.fsdp-lint]\ntarget-torch-version = "1.13"\n')
+    assert found() == [("FSD010", 22)]
 
 
 def test_unsafe_fixes_from_config(cli, project):
@@ -147,3 +169,17 @@ def test_parallel_output_identical_to_serial(cli):
     serial = cli("check", "--format", "json", "--no-cache", "-j", "1", FIXTURES).stdout
     parallel = cli("check", "--format", "json", "--no-cache", "-j", "2", FIXTURES).stdout
     assert serial == parallel and json.loads(serial)
+
+
+def test_settings_with_a_target_version_survive_pickling(tmp_path):
+    """Workers started by spawn get the settings pickled; the rules made for a target
+    version are rebuilt there, not lost or named wrongly."""
+    import pickle
+
+    from fsdp_lint.check import Overrides, Settings
+
+    settings = Settings(overrides=Overrides(target_torch_version="2.0"))
+    rules = settings.rules_for(str(tmp_path / "x.py"))
+    assert "FSD010@2.0.0" in [r.cache_tag() for r in rules]
+    clone = pickle.loads(pickle.dumps(settings))
+    assert [r.cache_tag() for r in clone.rules_for(str(tmp_path / "x.py"))] == [r.cache_tag() for r in rules]

@@ -1,5 +1,8 @@
 """Every rule's fixtures: files that must fire (exactly where expected.txt says), files
-that must stay quiet, and fix pairs (before / after --fix / after --unsafe-fixes)."""
+that must stay quiet, and fix pairs (before / after --fix / after --unsafe-fixes).
+
+Files in a ``target-torch-X.Y`` folder under ``fires/`` or ``quiet/`` are linted for code
+that targets that torch version (``target-torch-version``), with their own expected.txt."""
 
 from pathlib import Path
 
@@ -7,7 +10,7 @@ import libcst
 import pytest
 
 from fsdp_lint.rules import ALL_RULES, BY_CODE
-from tests.helpers import fix, lint
+from tests.helpers import FIXTURE_TARGET, fix, fixture_rules, lint
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RULE_DIRS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name in BY_CODE)
@@ -30,8 +33,13 @@ def test_every_rule_has_fixtures():
         assert list((folder / "quiet").glob("*.py")), folder
 
 
-FIRES = [(folder, path) for folder in RULE_DIRS for path in sorted((folder / "fires").glob("*.py"))]
-QUIET = [(folder, path) for folder in RULE_DIRS for path in sorted((folder / "quiet").glob("*.py"))]
+def _cases(kind):
+    return [(folder, path) for folder in RULE_DIRS for path in sorted((folder / kind).glob("*.py"))
+            + sorted((folder / kind).glob(FIXTURE_TARGET + "*/*.py"))]
+
+
+FIRES = _cases("fires")
+QUIET = _cases("quiet")
 FIXES = [
     path
     for folder in RULE_DIRS
@@ -42,15 +50,15 @@ FIXES = [
 
 @pytest.mark.parametrize("folder,path", FIRES, ids=lambda v: getattr(v, "name", str(v)))
 def test_fires_exactly_where_expected(folder, path):
-    expected = sorted(_expected(folder / "fires").get(path.name, []))
+    expected = sorted(_expected(path.parent).get(path.name, []))
     assert expected, f"{path.name} has no line in expected.txt"
-    found = sorted((d.code, d.location.row) for d in lint(path.read_text(), dedent=False))
+    found = sorted((d.code, d.location.row) for d in lint(path.read_text(), fixture_rules(path), dedent=False))
     assert found == expected
 
 
 @pytest.mark.parametrize("folder,path", QUIET, ids=lambda v: getattr(v, "name", str(v)))
 def test_quiet(folder, path):
-    found = [d for d in lint(path.read_text(), dedent=False) if d.code == folder.name]
+    found = [d for d in lint(path.read_text(), fixture_rules(path), dedent=False) if d.code == folder.name]
     assert found == []
 
 
@@ -75,7 +83,7 @@ def test_cheap_stages_never_drop_a_finding(path):
     from fsdp_lint.engine import ast_confirms, lint_text, wanted_rules
 
     text = path.read_text()
-    for rule in ALL_RULES:
+    for rule in fixture_rules(path):
         if [d for d in lint_text(text, path.name, [rule]).diagnostics if d.code == rule.code]:
             assert wanted_rules(text, [rule]) == [rule]
             assert ast_confirms(text, [rule])

@@ -31,6 +31,15 @@ def test_confirmed_not_reproduced_fix_failed_error():
     assert j.judge(SCENARIO, bad, crashed).verdict == j.FIX_FAILED
 
 
+def test_not_reproduced_says_when_the_hazard_is_fixed_on_this_torch():
+    fixed_in = Scenario(program="p", hazard="h", hazard_fixed_in="2.1")
+    clean = outcome(ok(0), ok(1))
+    on_new = j.judge(fixed_in, clean, clean, "2.13.0+cpu")
+    assert on_new.verdict == j.NOT_REPRODUCED and "as expected: the hazard is fixed from torch 2.1" in on_new.reason
+    on_old = j.judge(fixed_in, clean, clean, "2.0.1")
+    assert on_old.verdict == j.NOT_REPRODUCED and "as expected" not in on_old.reason
+
+
 def test_signal_counts_only_when_declared():
     segv = outcome(RankOutcome(0, returncode=-11, signal="SIGSEGV"), ok(1))
     clean = outcome(ok(0), ok(1))

@@ -17,16 +17,18 @@ from fsdp_lint.verify.scenario import Scenario, installed_versions, label, spec_
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "fsdp_lint" / "scenarios"
-FRAMEWORK_FORMS = {
+FORMS = {
+    "FSD010": ("", "state-dict"),  # plain torch, another call path (below torch 2.1)
     "FSD101": ("", "accelerate", "fabric-fsdp2"),
     "FSD104": ("", "accelerate", "fabric", "fabric-fsdp2"),
 }
+TORCH_FORMS = {"state-dict"}  # forms through torch's own API: no framework to pin
 # distribution -> the module a program imports for it
 IMPORTED_AS = {"accelerate": "accelerate", "lightning": "lightning"}
 
 
 def _framework_scenarios():
-    return [s for rule in ALL_RULES for s in variants(rule.code) if s.form]
+    return [s for rule in ALL_RULES for s in variants(rule.code) if s.form and s.form not in TORCH_FORMS]
 
 
 # -- the registry's data ------------------------------------------------------------------
@@ -34,7 +36,7 @@ def _framework_scenarios():
 
 def test_forms_of_each_rule():
     for rule in ALL_RULES:
-        assert forms(rule.code) == FRAMEWORK_FORMS.get(rule.code, ("",)), rule.code
+        assert forms(rule.code) == FORMS.get(rule.code, ("",)), rule.code
     assert forms("FSD999") == ()
 
 
@@ -48,7 +50,7 @@ def test_plain_form_comes_first_and_is_what_scenario_for_gives_by_default():
 
 def test_scenarios_for_gives_one_variant_per_form():
     found = scenarios_for("FSD104", "cuda")
-    assert [s.form for s in found] == list(FRAMEWORK_FORMS["FSD104"])
+    assert [s.form for s in found] == list(FORMS["FSD104"])
     assert [s.program for s in scenarios_for("FSD001", "cuda")] == ["fsd001_summon_writeback_with_cpu_offload_cuda.py"]
     assert scenarios_for("FSD999", "cpu") == []
 

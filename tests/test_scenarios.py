@@ -8,7 +8,8 @@ import pytest
 
 from fsdp_lint.rules import ALL_RULES
 from fsdp_lint.scenarios.registry import SCENARIOS, scenario_for, variants
-from fsdp_lint.verify.scenario import Scenario, version_tuple
+from fsdp_lint.verify.scenario import Scenario
+from fsdp_lint.versions import version_tuple
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fsdp_lint"
 

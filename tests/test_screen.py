@@ -9,6 +9,7 @@ import pytest
 import fsdp_lint.screen as screen
 from fsdp_lint.engine import lint_text_sliced
 from fsdp_lint.rules import ALL_RULES
+from tests.helpers import fixture_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURE_FILES = sorted(FIXTURES.rglob("*.py"))
@@ -22,20 +23,21 @@ def _seen(diagnostics):
     ]
 
 
-def _unscreened(monkeypatch, text, name):
+def _unscreened(monkeypatch, text, name, rules=ALL_RULES):
     with monkeypatch.context() as patch:
         patch.setattr(screen, "live_rules", lambda tree, rules: list(rules))
-        return lint_text_sliced(text, name, ALL_RULES, None).diagnostics
+        return lint_text_sliced(text, name, rules, None).diagnostics
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
 def test_fixture_same_with_and_without_the_screen(path, monkeypatch):
     text = path.read_text()
-    whole = _unscreened(monkeypatch, text, path.name)
-    assert _seen(lint_text_sliced(text, path.name, ALL_RULES, None).diagnostics) == _seen(whole)
+    rules = fixture_rules(path)
+    whole = _unscreened(monkeypatch, text, path.name, rules)
+    assert _seen(lint_text_sliced(text, path.name, rules, None).diagnostics) == _seen(whole)
     # each rule that reports is kept by the screen on its own
     fired = {d.code for d in whole}
-    kept = {r.code for r in screen.live_rules(screen.parse(text), [r for r in ALL_RULES if r.code in fired])}
+    kept = {r.code for r in screen.live_rules(screen.parse(text), [r for r in rules if r.code in fired])}
     assert fired <= kept
 
 

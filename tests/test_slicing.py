@@ -11,6 +11,7 @@ from fsdp_lint.engine import lint_text_sliced
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.rules import ALL_RULES
 from fsdp_lint.slicing import slice_text
+from tests.helpers import fixture_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # Fixtures known to differ when sliced (strict xfails; none at the moment).
@@ -36,16 +37,16 @@ def _seen(diagnostics):
     ]
 
 
-def _same_both_ways(text: str, name: str = "x.py"):
-    whole = lint_text_sliced(text, name, ALL_RULES, None)
-    sliced = lint_text_sliced(text, name, ALL_RULES, 0)
+def _same_both_ways(text: str, name: str = "x.py", rules=ALL_RULES):
+    whole = lint_text_sliced(text, name, rules, None)
+    sliced = lint_text_sliced(text, name, rules, 0)
     assert _seen(sliced.diagnostics) == _seen(whole.diagnostics)
     return whole.diagnostics
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
 def test_fixture_same_with_and_without_slicing(path):
-    _same_both_ways(path.read_text(), path.name)
+    _same_both_ways(path.read_text(), path.name, fixture_rules(path))
 
 
 # Large files shaped like the ones that made slicing worth it: a test module of a PEFT-like
@@ -189,7 +190,9 @@ def test_syntax_error_reported_from_the_whole_text():
     assert _seen(sliced.diagnostics) == _seen(whole.diagnostics)
 
 
-FIRING = _known(sorted(p for p in FIXTURES.rglob("*.py") if p.parent.name in ("fires", "fix")))
+FIRING = _known(sorted(
+    p for p in FIXTURES.rglob("*.py") if p.parent.name in ("fires", "fix") or p.parent.parent.name == "fires"
+))
 
 
 @pytest.mark.parametrize("path", FIRING, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
@@ -201,7 +204,7 @@ def test_fixture_inside_a_large_module_same_with_and_without_slicing(path):
     if not text.endswith("\n"):
         text += "\n"
     text += "".join(_FILLER.format(index=i) for i in range(12))
-    _same_both_ways(text, path.name)  # (module-level names shared with the filler keep some of it)
+    _same_both_ways(text, path.name, fixture_rules(path))  # (module-level names shared with the filler keep some of it)
 
 
 _SAVE_HELPER = '''\

@@ -25,6 +25,7 @@ def rule_json(rule, with_doc: bool = False) -> dict:
         "summary": rule.summary,
         "fix": rule.fix_availability,
         "hazard_fixed_in": rule.hazard_fixed_in,
+        "paths_fixed_in": dict(rule.paths_fixed_in),
         "url": rule.url(),
     }
     if with_doc:

@@ -178,11 +178,13 @@ def _is_plain_module(facts: ModuleFacts, expr: cst.BaseExpression) -> bool:
     return isinstance(func, cst.Attribute) and func.attr.value in ("from_pretrained", "from_config")
 
 
-def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: int) -> Origins:
+def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: int, via=()) -> Origins:
+    """``via``: the calls of in-file functions passed through to reach ``ctx`` (a
+    parameter then reads the argument of the innermost one)."""
     modules = fsdp_modules(facts)
     if expr is None:
         return Origins(complete=False)
-    found: Sources = sources(facts, expr, ctx, order, extra=tuple(modules.events))
+    found: Sources = sources(facts, expr, ctx, order, via, extra=tuple(modules.events))
     result = Origins(complete=found.complete)
     for source in found.found:
         wrap = modules.by_call.get(id(source.expr))

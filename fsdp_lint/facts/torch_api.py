@@ -66,6 +66,14 @@ SUMMON_DEFAULTS = {
     "with_grads": False,
 }
 
+# FSDP.state_dict_type(module, state_dict_type, state_dict_config=None,
+#                      optim_state_dict_config=None)   (a staticmethod, a context manager);
+# FSDP.set_state_dict_type takes the same arguments and sets them until changed
+STATE_DICT_TYPE_METHODS = frozenset(
+    f"{cls}.{name}" for cls in FSDP_CLASS for name in ("state_dict_type", "set_state_dict_type")
+)
+STATE_DICT_TYPE_PARAMS = ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config")
+
 
 def is_summon_qualname(qualname):
     return qualname is not None and any(qualname == f"{cls}.{SUMMON}" for cls in FSDP_CLASS)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Dict, Iterable, List, Sequence, Type
+from typing import Dict, Iterable, List, Optional, Sequence, Type
 
 from fsdp_lint.rules.base import Rule
+from fsdp_lint.versions import version_tuple
 
 
 def _discover() -> List[Type[Rule]]:
@@ -60,3 +61,16 @@ def select_rules(select: Sequence[str] = (), ignore: Iterable[str] = ()) -> List
         for rule in matching(sel):
             chosen.pop(rule.code, None)
     return [chosen[code] for code in sorted(chosen)]
+
+
+def for_target(rules: Iterable[Type[Rule]], target: Optional[str]) -> List[Type[Rule]]:
+    """The rules as they run on code that targets torch ``target`` (None: not said): a rule
+    whose hazard was fixed by then is off, and a rule with a path fixed later than the
+    target carries the version (``Rule.for_target``)."""
+    if not target:
+        return list(rules)
+    version = version_tuple(target)
+    return [
+        rule.for_target(target) for rule in rules
+        if not (rule.hazard_fixed_in and version_tuple(rule.hazard_fixed_in) <= version)
+    ]

@@ -7,7 +7,12 @@ Every rule lives in its own module under ``fsdp_lint/rules/`` and carries:
   rule's examples, and the test suite checks they behave as documented;
 - ``markers``: a text pre-filter; a file is parsed for this rule only when, for every
   group, it contains at least one of the group's strings;
-- ``hazard_fixed_in``: the torch version whose runtime no longer shows the hazard.
+- ``hazard_fixed_in``: the torch version whose runtime no longer shows the hazard (the
+  rule is off for a target torch version from it on);
+- ``paths_fixed_in``: the same for one path of a rule (path name -> release), with the
+  opposite default: such a path reports only when the target torch version is set and
+  older (``for_target``; ``reports_path`` in ``check``).  For hazards fixed long ago,
+  where flagging code that runs on a current torch would be a false alarm.
 
 A rule's runtime scenario is declared on the verifier's side, keyed by the rule's code
 (``fsdp_lint/scenarios/registry.py``): rules never import the verifier.
@@ -17,7 +22,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, ClassVar, Dict, List, Optional, Tuple
+
+from fsdp_lint.versions import version_tuple
 
 if TYPE_CHECKING:  # rule metadata must load without libcst (fast start-up)
     import libcst as cst
@@ -68,10 +75,36 @@ class Rule:
     fix_availability: ClassVar[str] = FIX_NEVER
     markers: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
     hazard_fixed_in: ClassVar[Optional[str]] = None
+    paths_fixed_in: ClassVar[Dict[str, str]] = {}
+    target_torch: ClassVar[Optional[Tuple[int, ...]]] = None  # set by ``for_target``
     doc: ClassVar[str] = ""
 
     def check(self, facts: ModuleFacts, report: Reporter) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    # -- the target torch version -----------------------------------------------------
+    @classmethod
+    def for_target(cls, target: Optional[str]) -> type:
+        """This rule as it runs for code that targets torch ``target`` (None: not said).
+        Only a rule with ``paths_fixed_in`` depends on it: it gets a subclass carrying the
+        version (``Settings`` drops such classes before it is pickled)."""
+        if not cls.paths_fixed_in or not target:
+            return cls
+        return type(cls.__name__, (cls,), {"target_torch": version_tuple(target), "__module__": cls.__module__})
+
+    @classmethod
+    def reports_path(cls, path: str) -> bool:
+        """Whether the path named in ``paths_fixed_in`` reports: the target torch is set
+        and older than the release that fixed it."""
+        return cls.target_torch is not None and cls.target_torch < version_tuple(cls.paths_fixed_in[path])
+
+    @classmethod
+    def cache_tag(cls) -> str:
+        """What identifies this rule's findings in the cache: its code, and the target
+        torch version where it depends on it."""
+        if cls.target_torch is None:
+            return cls.code
+        return f"{cls.code}@{'.'.join(map(str, cls.target_torch))}"
 
     # -- documentation --------------------------------------------------------------
     @classmethod

@@ -165,11 +165,26 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         hazard="NotImplementedError: with_grads=..., use_orig_params=..., offload_to_cpu=... is not supported yet",
         errors=(r"NotImplementedError: with_grads=True, use_orig_params=\w+, offload_to_cpu=\w+ is not supported",),
     ),
-    "FSD010": Scenario(
-        program="fsd010_summon_offload_to_cpu_no_shard.py",
-        hazard="NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",
-        errors=(r"NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",),
-        unsafe_fix=True,
+    "FSD010": (
+        Scenario(
+            program="fsd010_summon_offload_to_cpu_no_shard.py",
+            hazard="NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",
+            errors=(r"NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",),
+            unsafe_fix=True,
+        ),
+        Scenario(
+            program="fsd010_state_dict_offload_to_cpu_no_shard.py",
+            form="state-dict",
+            lint_target="2.0",
+            fixed_by=((
+                "FullStateDictConfig(offload_to_cpu=True, rank0_only=True)",
+                "FullStateDictConfig(rank0_only=True)",
+            ),),
+            hazard="NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet, from "
+            "state_dict() under FullStateDictConfig(offload_to_cpu=True) (torch < 2.1)",
+            errors=(r"NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",),
+            hazard_fixed_in="2.1",
+        ),
     ),
     "FSD011": Scenario(
         program="fsd011_summon_on_fully_shard.py",

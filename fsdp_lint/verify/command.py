@@ -79,6 +79,7 @@ def _positive_float(text: str) -> float:
 def prepare(rule, scenario, workdir: Path) -> Tuple[Optional[Path], Optional[Path], Optional[str]]:
     """Write the flagged and the fixed program; check the rule fires on one and not the other."""
     flagged_text = (SCENARIOS / scenario.program).read_text()
+    rule = rule.for_target(scenario.lint_target)
     if not [d for d in lint_text(flagged_text, scenario.program, [rule]).diagnostics if d.code == rule.code]:
         return None, None, f"{rule.code} does not fire on its own scenario {scenario.program}"
     if scenario.fixed_by:
@@ -153,7 +154,7 @@ class Run:
             self.index += 1
             self.progress(f"[{name}] {kind} program: finished in {outcome.seconds:.1f} s: {outcome.describe()}")
             outcomes.append(outcome)
-        judgement = judge(scenario, *outcomes)
+        judgement = judge(scenario, *outcomes, self.info["version"])
         judgement.outcomes = tuple(outcomes)
         return judgement
 

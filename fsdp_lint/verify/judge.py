@@ -127,7 +127,11 @@ def _slowdown(scenario: Scenario, flagged: ProgramOutcome, fixed: ProgramOutcome
     )
 
 
-def judge(scenario: Scenario, flagged: ProgramOutcome, fixed: ProgramOutcome) -> Judgement:
+def judge(
+    scenario: Scenario, flagged: ProgramOutcome, fixed: ProgramOutcome, torch_version: Optional[str] = None
+) -> Judgement:
+    """``torch_version``: the torch the programs ran on; a clean run on a release from the
+    scenario's ``hazard_fixed_in`` on says that this is the expected outcome."""
     for outcome in (flagged, fixed):
         if outcome.launcher_error:
             return Judgement(ERROR, flagged.describe(), fixed.describe(), outcome.launcher_error)
@@ -145,10 +149,10 @@ def judge(scenario: Scenario, flagged: ProgramOutcome, fixed: ProgramOutcome) ->
     if seen:
         return Judgement(CONFIRMED, flagged_text, clean_text(fixed))
     if flagged.clean:
-        return Judgement(
-            NOT_REPRODUCED, clean_text(flagged), clean_text(fixed),
-            "the flagged program ran clean on this torch and device",
-        )
+        why = "the flagged program ran clean on this torch and device"
+        if torch_version and not scenario.expected_on(torch_version):
+            why += f", as expected: the hazard is fixed from torch {scenario.hazard_fixed_in}"
+        return Judgement(NOT_REPRODUCED, clean_text(flagged), clean_text(fixed), why)
     return Judgement(
         ERROR, flagged.describe(), clean_text(fixed),
         "the flagged program failed without the expected signature",

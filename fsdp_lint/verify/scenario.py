@@ -17,19 +17,10 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Dict, Mapping, Optional, Tuple
 
+from fsdp_lint.versions import version_tuple
+
 
 REAL_CPU_OFFLOAD_WHY = "real CPU parameter offload needs CUDA (pin_memory raises without an accelerator)"
-
-
-def version_tuple(text: str) -> Tuple[int, ...]:
-    """``"2.13.0+cpu"`` -> ``(2, 13, 0)``; pre-release tags (``2.14.0a0``) count as the release."""
-    parts = []
-    for piece in text.split("+")[0].split(".")[:3]:
-        match = re.match(r"\d+", piece)
-        parts.append(int(match.group()) if match else 0)
-    while len(parts) < 3:
-        parts.append(0)
-    return tuple(parts)
 
 
 def spec_matches(version: str, spec: str) -> bool:
@@ -80,6 +71,9 @@ class Scenario:
     # distribution -> version spec the program imports ({"accelerate": "==1.15.0"}), checked
     # against the target interpreter's package metadata (the verifier's probe)
     packages: Dict[str, str] = field(default_factory=dict)
+    # the target torch version the program is linted for (``target-torch-version``): for a
+    # rule path that reports only below a release (``Rule.paths_fixed_in``)
+    lint_target: Optional[str] = None
     # -- how the fixed program is derived ------------------------------------------------------
     # the hand-written fix, for rules without an autofix: (old, new) replacements applied to
     # the program, each ``old`` found exactly once; empty: the rule's own autofix

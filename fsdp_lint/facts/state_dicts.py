@@ -1,0 +1,74 @@
+"""Where a file sets an FSDP1 module's state-dict type, and with which configuration:
+``FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(...))``
+(a context manager) and ``FSDP.set_state_dict_type(...)`` (until changed), the
+configuration passed directly or through names.  Computed once per file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.dataflow import Source, Sources, calls_of, sources
+from fsdp_lint.facts.fsdp_modules import Origins, origins
+from fsdp_lint.facts.model import CallSite, ModuleFacts
+from fsdp_lint.facts.values import UNKNOWN, bind_arguments, literal_bool
+
+# FullStateDictConfig(offload_to_cpu=False, rank0_only=False): a dataclass, positional too
+_FULL_CONFIG_PARAMS = ("offload_to_cpu", "rank0_only")
+
+
+@dataclass
+class StateDictSetting:
+    site: CallSite
+    module_expr: Optional[cst.BaseExpression]
+    configs: Sources  # what ``state_dict_config`` may be (empty and complete: not passed)
+
+    def origins(self, facts: ModuleFacts) -> Origins:
+        """The FSDP constructions the module may come from (``facts.fsdp_modules``); in a
+        function, also through each call of it in this file (a ``save(model, path)``
+        helper)."""
+        ctx, order = self.site.ctx, self.site.order
+        result = origins(facts, self.module_expr, ctx, order)
+        for call in calls_of(facts, ctx.function) if ctx.function is not None else ():
+            through = origins(facts, self.module_expr, ctx, order, (call,))
+            result.wraps.extend(through.wraps)
+            result.plain = result.plain or through.plain
+        return result
+
+
+def _compute(facts: ModuleFacts) -> List[StateDictSetting]:
+    found = []
+    for site in facts.calls:
+        if facts.qualname(site.node.func) not in torch_api.STATE_DICT_TYPE_METHODS:
+            continue
+        bound, _ = bind_arguments(site.node.args, torch_api.STATE_DICT_TYPE_PARAMS)
+        module = bound.get("module")
+        config = bound.get("state_dict_config")
+        configs = Sources() if config is None else sources(facts, config.value, site.ctx, site.order)
+        found.append(StateDictSetting(site, module.value if module is not None else None, configs))
+    return found
+
+
+def state_dict_settings(facts: ModuleFacts) -> List[StateDictSetting]:
+    return facts.cached("state_dict_settings", _compute)
+
+
+def full_config_offloads(facts: ModuleFacts, source: Source) -> object:
+    """True when ``source`` is ``FullStateDictConfig(offload_to_cpu=True, ...)`` (the value
+    followed through names), False for a full config that does not offload, UNKNOWN for
+    anything else."""
+    expr = source.expr
+    if not isinstance(expr, cst.Call) or facts.qualname(expr.func) not in torch_api.FULL_STATE_DICT_CONFIG:
+        return UNKNOWN
+    bound, opaque = bind_arguments(expr.args, _FULL_CONFIG_PARAMS)
+    arg = bound.get("offload_to_cpu")
+    if arg is None:
+        return UNKNOWN if opaque else False
+    values = {literal_bool(s.expr) for s in sources(facts, arg.value, source.ctx, source.order, source.via).found}
+    return True if values == {True} else (False if values == {False} else UNKNOWN)
+
+
+__all__ = ["StateDictSetting", "state_dict_settings", "full_config_offloads"]
