@@ -44,6 +44,10 @@ module replace the configuration with a default `FullStateDictConfig()` before u
 (`_replace_with_full_state_dict_type` in `_pre_state_dict_hook`,
 `torch/distributed/fsdp/_state_dict_utils.py`), so the call works; this path is therefore
 off unless `target-torch-version` is below 2.1.
+The verifier's `state-dict` form says NOT REPRODUCED on torch 2.13.0 (CPU) and 2.11 (GPU),
+as expected. It has not run on a torch below 2.1: torch 2.0.1's FSDP needs CUDA (its
+constructor calls `torch.cuda.current_device()`), and the GPU machine's Python 3.12 has no
+torch 2.0 wheel; the signature below 2.1 rests on the bug reports and the torch source.
 
 ## Example
 ```python
