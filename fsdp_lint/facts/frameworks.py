@@ -21,6 +21,7 @@ Sources (line numbers as of the versions named):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -48,6 +49,18 @@ WITH_FSDP = {
     "hf_trainer": frozenset({"save_model"}),
 }
 _FRAMEWORK_BY_NAME = {"accelerator": "accelerator", "fabric": "fabric"}
+
+# Text filters for the rules' markers (``Rule.marker_needs``), each true of every file in
+# which the facts below could answer yes.
+# - ``shows_fsdp``'s evidence all names FSDP: the package ``torch.distributed.fsdp``, the
+#   plugin or a strategy class, an ``fsdp_plugin=``/``fsdp_config=``/``fsdp=`` keyword, a
+#   strategy string with ``fsdp``, ``full_shard`` or ``shard_grad_op``;
+SHOWS_FSDP_TEXT = re.compile(r"fsdp|FSDP|FullyShardedDataParallel|full_shard|shard_grad_op")
+# - a Fabric method every rank must call, on a receiver named ``fabric`` (``self.fabric``);
+_FABRIC_METHODS = "|".join(sorted(ALWAYS["fabric"]))
+FABRIC_CALL_TEXT = re.compile(rf"\bfabric[\s\\]*\.[\s\\]*(?:{_FABRIC_METHODS})\b")
+# - the same method on any receiver (one built by ``Fabric(...)``, under any name).
+FABRIC_METHOD_TEXT = re.compile(rf"\.[\s\\]*(?:{_FABRIC_METHODS})\b")
 
 
 def framework_of(facts: ModuleFacts, receiver: cst.BaseExpression, site: CallSite) -> Optional[str]:

@@ -7,6 +7,9 @@ Every rule lives in its own module under ``fsdp_lint/rules/`` and carries:
   rule's examples, and the test suite checks they behave as documented;
 - ``markers``: a text pre-filter; a file is parsed for this rule only when, for every
   group, it contains at least one of the group's strings;
+- ``marker_needs``: a first-group marker that counts only when a pattern also matches
+  the text (``save_model`` gathers only where the file configures FSDP): what the rule's
+  facts need besides the name, so a file without it could not be flagged for it;
 - ``hazard_fixed_in``: the torch version whose runtime no longer shows the hazard (the
   rule is off for a target torch version from it on);
 - ``paths_fixed_in``: the same for one path of a rule (path name -> release), with the
@@ -90,6 +93,7 @@ class Rule:
     summary: ClassVar[str]
     fix_availability: ClassVar[str] = FIX_NEVER
     markers: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
+    marker_needs: ClassVar[Dict[str, "re.Pattern[str]"]] = {}
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}
     target_torch: ClassVar[Optional[Tuple[int, ...]]] = None  # set by ``for_target``
@@ -142,7 +146,15 @@ class Rule:
         whole word (``load_state``, not ``load_state_dict``): the compiled-names stage
         (``screen.ast_confirms``) needs it as an identifier, and an identifier in code is a
         whole word of the text, so this drops only files that stage would drop, before
-        anything is parsed."""
+        anything is parsed.  A marker with an entry in ``marker_needs`` counts only where its
+        pattern matches too."""
         if not all(any(marker in text for marker in group) for group in cls.markers):
             return False
-        return not cls.markers or any(_has_word(text, marker) for marker in cls.markers[0])
+        if not cls.markers:
+            return True
+        for marker in cls.markers[0]:
+            if _has_word(text, marker):
+                need = cls.marker_needs.get(marker)
+                if need is None or need.search(text):
+                    return True
+        return False

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from fsdp_lint.facts.collectives import Collective, balanced, torch_collective
-from fsdp_lint.facts.frameworks import framework_collective
+from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -22,12 +24,21 @@ class CollectiveOnOneRank(Rule):
             "FullyShardedDataParallel", "fully_shard", "get_model_state_dict", "get_state_dict",
             "get_optimizer_state_dict", "summon_full_params", "optim_state_dict", "full_optim_state_dict",
             "wait_for_everyone", "gather_for_metrics", "pad_across_processes", "save_state", "load_state",
-            "save_model", "fabric", "gather_cpu_state_dict", "get_full_optimizer_state_dict",
+            "save_model", "fabric", "Fabric", "gather_cpu_state_dict", "get_full_optimizer_state_dict",
             "get_full_model_state_dict",
         ),
         ("rank", "RANK", "main_process", "is_global_zero", "is_master", "process_zero", "should_save",
          "process_index", "is_main", "master_only"),
     )
+    # accelerate's and transformers' saving calls gather only where the file configures FSDP,
+    # torch's ``get_state_dict`` comes from ``torch.distributed.checkpoint``; a Fabric call
+    # names its method (``lightning.fabric`` in an import is no call)
+    marker_needs = {
+        **dict.fromkeys(("save_model", "save_state", "load_state"), SHOWS_FSDP_TEXT),
+        "get_state_dict": re.compile(f"{SHOWS_FSDP_TEXT.pattern}|checkpoint"),
+        "fabric": FABRIC_CALL_TEXT,
+        "Fabric": FABRIC_METHOD_TEXT,
+    }
     doc = """\
 ## What it does
 Checks for collectives reached on one rank only. Rank tests: `rank == 0`,
