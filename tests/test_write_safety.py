@@ -125,6 +125,12 @@ def _other_user_or_skip():
 
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to run fsdp-lint as another user")
+    probe = subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c", "import fsdp_lint, libcst"],
+        cwd="/", capture_output=True, text=True,
+    )
+    if probe.returncode != 0:  # the checkout or its venv lies under a folder only root may enter
+        pytest.skip(f"user {NOBODY} cannot import fsdp-lint from this checkout: {probe.stderr.strip().splitlines()[-1:]}")
     return NOBODY
 
 
