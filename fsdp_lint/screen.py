@@ -451,8 +451,36 @@ class Summary:
                         found.append((key, call, False, bound | taken))
                     if fsdp1:
                         found.append((key, call, True, bound))
+            self._through_helpers(found)
             self._cache["wraps"] = found
         return found
+
+    def _through_helpers(self, found: List[Tuple[int, ast.Call, bool, Set[str]]]) -> None:
+        """``fsdp_modules._through_helpers``: a function whose FSDP2 wrap takes one of its
+        parameters shards what its callers pass, so each call of it by name (three levels
+        deep, as the facts) is an FSDP2 wrap taking all its arguments."""
+        pending = [(key, names) for key, _, fsdp1, names in found if not fsdp1]
+        frame_of: Optional[Dict[int, int]] = None
+        seen: Set[str] = set()
+        for _ in range(3):
+            later = []
+            for key, names in pending:
+                frame = self.frames[key]
+                if frame.name is None or frame.name in seen or names.isdisjoint(frame.params):
+                    continue
+                seen.add(frame.name)
+                if frame_of is None:
+                    frame_of = {id(c): k for k, f in self.frames.items() for c in f.calls}
+                for call in self.calls_by_name.get(frame.name, ()):
+                    caller = frame_of.get(id(call))
+                    if caller is None:
+                        continue
+                    taken = set(self.assigned_to.get(id(call), ()))
+                    taken.update(filter(None, (_dotted(a) for a in call.args)))
+                    taken.update(filter(None, (_dotted(k.value) for k in call.keywords)))
+                    found.append((caller, call, False, taken))
+                    later.append((caller, taken))
+            pending = later
 
     def fsdp1_wraps(self) -> bool:
         return any(fsdp1 for _, _, fsdp1, _ in self.wraps())

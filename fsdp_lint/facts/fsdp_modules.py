@@ -1,8 +1,10 @@
 """FSDP constructions, what a model expression is, and each construction's configuration.
 
 - ``fsdp_modules(facts)``: every torch FSDP construction in the module (``FSDP(m, ...)``,
-  also through ``functools.partial(FSDP, ...)``; FSDP2 ``fully_shard(m, ...)``), and the
-  file-level name sets (``fsdp1``/``fsdp2``) kept for sites whose model cannot be resolved.
+  also through ``functools.partial(FSDP, ...)``; FSDP2 ``fully_shard(m, ...)``, also the
+  call of an in-file function that runs ``fully_shard`` on its parameter: torchtitan's
+  ``apply_fsdp(model)``), and the file-level name sets (``fsdp1``/``fsdp2``) kept for sites
+  whose model cannot be resolved.
 - ``origins(facts, expr, ctx, order)``: the constructions a model expression at a site may
   come from (``facts.dataflow``), whether every path was followed, and whether some path
   leads to a module that is not FSDP-wrapped at that point.
@@ -20,10 +22,10 @@ from typing import Dict, List, Optional, Set, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import Source, Sources, dict_entries, sources
+from fsdp_lint.facts.dataflow import Source, Sources, calls_of, dict_entries, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
-from fsdp_lint.facts.scopes import function_info
+from fsdp_lint.facts.scopes import argument_for, function_info, lookup
 from fsdp_lint.facts.values import UNKNOWN, first_positional, keyword_args, literal_bool, literal_string
 
 
@@ -38,6 +40,9 @@ class FsdpWrap:
     fsdp2: bool = False  # ``fully_shard(module)`` rather than ``FSDP(module)``
     stars: Tuple[cst.BaseExpression, ...] = ()  # ``**cfg`` arguments
     partial: Optional[Source] = None  # ``functools.partial(FSDP, ...)`` this call goes through
+    # the call of an in-file function that shards its parameter in place: the
+    # ``fully_shard(param, ...)`` inside it (its arguments are that call's, ``kwargs`` empty)
+    through: Optional["FsdpWrap"] = None
 
     @property
     def row_node(self) -> cst.CSTNode:
@@ -140,12 +145,48 @@ def _compute(facts: ModuleFacts) -> FsdpModules:
             wraps.append(wrap)
             if target is not None:
                 fsdp1.add(target)
+    _through_helpers(facts, targets, fsdp2_wraps, fsdp2, events)
     for name, hints in facts.annotated.items():
         for annotation in hints:
             if facts.qualname(annotation) in torch_api.FSDP_CLASS:
                 fsdp1.add(name)
     by_call = {id(w.site.node): w for w in wraps + fsdp2_wraps}
     return FsdpModules(wraps, fsdp1, fsdp2 - fsdp1, fsdp2_wraps, events, by_call)
+
+
+MAX_HELPER_DEPTH = 3
+
+
+def _through_helpers(facts: ModuleFacts, targets, fsdp2_wraps: List[FsdpWrap], fsdp2: Set[str], events: List[Binding]) -> None:
+    """``fully_shard`` changes its argument in place, so ``def apply_fsdp(model):
+    fully_shard(model)`` shards the module its caller passes: each call of such an in-file
+    function (``apply_fsdp(net)``, ``self.shard(net)``, a helper's helper) is an FSDP2 wrap
+    of that argument.  Only a parameter sharded as it is (not rebound before the call) counts."""
+    sites = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls})
+    pending = [(wrap, wrap, 0) for wrap in fsdp2_wraps]
+    seen: Set[Tuple[int, str]] = set()
+    while pending:
+        inner, wrap, depth = pending.pop()
+        function = wrap.site.ctx.function
+        if wrap.wrapped is None or function is None or depth >= MAX_HELPER_DEPTH:
+            continue
+        info = function_info(facts, function)
+        if info is None or wrap.wrapped not in info.param_names:
+            continue
+        if lookup(facts, wrap.wrapped, wrap.site.ctx, wrap.site.order).param != wrap.wrapped:
+            continue  # rebound in the function before the call: not the caller's module
+        for call in calls_of(facts, function):
+            site = sites.get(id(call))
+            known, argument = argument_for(call, info, wrap.wrapped)
+            passed = dotted_name(argument) if known and argument is not None else None
+            if site is None or passed is None or (id(call), passed) in seen:
+                continue
+            seen.add((id(call), passed))
+            outer = FsdpWrap(site, targets.get(id(call)), passed, {}, True, through=inner)
+            fsdp2_wraps.append(outer)
+            fsdp2.update(n for n in (passed, outer.target) if n is not None)
+            events.append(Binding(passed, call, site.ctx, site.order, "event"))
+            pending.append((inner, outer, depth + 1))
 
 
 def fsdp_modules(facts: ModuleFacts) -> FsdpModules:

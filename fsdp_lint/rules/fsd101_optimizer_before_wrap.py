@@ -25,8 +25,9 @@ class OptimizerBeforeWrap(Rule):
     doc = """\
 ## What it does
 Checks for an optimizer built from `m.parameters()` before `m` is wrapped by torch FSDP
-(`FSDP(m, ...)`, `FSDP(module=m)`, FSDP2 `fully_shard(m)`, also inside an `if`) in the same
-function and still used after the wrap: called, returned (`return model, optimizer`),
+(`FSDP(m, ...)`, `FSDP(module=m)`, FSDP2 `fully_shard(m)`, also inside an `if`, or a call
+of a function of this file that runs `fully_shard` on its parameter, torchtitan's
+`apply_fsdp(model)`: FSDP2 shards in place) in the same function and still used after the wrap: called, returned (`return model, optimizer`),
 stored on an object (`self.optimizer = ...`) or passed on (`Trainer(model, optimizer)`);
 and for an optimizer built after wrapping from the unwrapped module object
 (`self.model = FSDP(model)` then `Adam(model.parameters())`). Names are followed through

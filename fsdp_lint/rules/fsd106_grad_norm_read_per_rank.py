@@ -41,7 +41,9 @@ class GradNormReadPerRank(Rule):
     doc = """\
 ## What it does
 Checks for a gradient norm computed from the DTensor gradients of a model sharded with
-FSDP2 (`fully_shard`) and read into a plain value on each rank without `.full_tensor()`:
+FSDP2 (`fully_shard(m)` in the same function, or a call there of a function of this file
+that runs `fully_shard` on its parameter, torchtitan's `apply_fsdp(model)`) and read into
+a plain value on each rank without `.full_tensor()`:
 - the total norm returned by `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` or
   `torch.nn.utils.get_total_norm(...)`, read with `.item()`, `float(...)`, `int(...)`,
   `.tolist()`, `.to_local()` or `.numpy()` (also after `.detach()`, `.mean()`, `.cpu()`);

@@ -45,7 +45,8 @@ class CastAfterWrap(Rule):
 Checks for a dtype cast of a module after torch FSDP wrapped it: `m.to(torch.bfloat16)`,
 `m.to(device, torch.float16)`, `m.to(dtype=...)`, `m.half()`, `m.bfloat16()`, `m.float()`,
 `m.double()` where `m` was bound to `FSDP(...)` or passed to / bound from `fully_shard(...)`
-earlier in the same function (or is an attribute such as `self.model`). `.to(device)`
+(or to a function of this file that runs `fully_shard` on its parameter) earlier in the
+same function (or is an attribute such as `self.model`). `.to(device)`
 without a dtype is not a cast; casting before the wrap is fine.
 
 ## Why is this bad?
