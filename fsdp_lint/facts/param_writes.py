@@ -91,7 +91,23 @@ def param_edits(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional
         return writes
     names = _tainted(facts, writes[0].ctx.function, modules)
     # a write whose target is unknown is assumed to edit
-    return [w for w in writes if not w.targets or any(_root(t, names) for t in w.targets)]
+    return [w for w in writes if not w.targets or any(_root(t, names) for t in _written(facts, w))]
+
+
+def _written(facts: ModuleFacts, write: Mutation) -> tuple:
+    """What ``write`` changes: a method changes its receiver, not its arguments
+    (``ema[n].add_(p)`` reads ``p``); a function of a module (``init.zeros_(w)``) or a bare
+    function (``setattr(m, ...)``) its first argument, which ``facts.index`` records too."""
+    node = write.node
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and write.targets
+        and write.targets[0] is node.func.value
+        and facts.qualname(node.func) is None
+    ):
+        return write.targets[:1]
+    return write.targets
 
 
 def block_edits_params(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional[str]]) -> bool:

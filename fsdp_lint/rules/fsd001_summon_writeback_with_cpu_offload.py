@@ -86,9 +86,11 @@ with FSDP.summon_full_params(model, writeback=False):
 ## Fix safety
 The fix adds `writeback=False` (or turns a literal `writeback=True` into `False`). It is
 safe when the `with` block that enters the call provably does not modify parameters: no
-in-place tensor method (`add_`, `copy_`, `zero_`, any `*_` call), no augmented, subscript
-or attribute assignment (`p.data = ...`, `p[0] = 1`, `p += 1`), no `load_state_dict`,
-`setattr` or `del`. Otherwise it is unsafe (the block's edits would be discarded) and is
+in-place tensor method (`add_`, `copy_`, `zero_`, any `*_` call) on a parameter, the
+gathered module or a view of them, no augmented, subscript or attribute assignment to them
+(`p.data = ...`, `p[0] = 1`, `p += 1`), no `load_state_dict`, `setattr` or `del`; a method
+writes its receiver only (`shadow[n].add_(p)` updates an EMA copy and reads `p`), a module
+function such as `init.zeros_(w)` its first argument. Otherwise it is unsafe (the block's edits would be discarded) and is
 applied only with `--unsafe-fixes`. A summon that is not entered by a `with` statement
 (stored in a variable, `ExitStack.enter_context`) gets the unsafe fix: its block is unknown.
 
