@@ -135,8 +135,10 @@ def render_rule(rule, records: Optional[List[dict]] = None) -> str:
     records = load() if records is None else records
     known = f"\nHazard fixed in torch {rule.hazard_fixed_in}.\n" if rule.hazard_fixed_in else ""
     known += "".join(
-        f"\nThe {path} path's hazard was fixed in torch {release}: it reports only with "
-        f"`target-torch-version` below {release}.\n"
+        f"\nThe {path} path's hazard was fixed in torch {release}: it reports "
+        + ("unless `target-torch-version` is " + release + " or later"
+           if path in rule.paths_on_by_default else f"only with `target-torch-version` below {release}")
+        + ".\n"
         for path, release in rule.paths_fixed_in.items()
     )
     page = (

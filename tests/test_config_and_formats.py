@@ -77,6 +77,26 @@ def test_a_path_fixed_long_ago_reports_only_below_its_release(cli, tmp_path):
     assert found() == [("FSD010", 22)]
 
 
+TOTAL_NORM = FIXTURES / "FSD106" / "quiet" / "target-torch-2.11" / "titan_style_train.py"
+
+
+def test_a_path_fixed_recently_reports_unless_the_target_has_the_fix(cli, tmp_path):
+    """FSD106's total-norm path (clip_grad_norm_ returns Replicate() from torch 2.11) is on
+    without a target version, off from 2.11 on; the cache keeps the answers apart."""
+    shutil.copy(TOTAL_NORM, tmp_path / "train.py")
+
+    def found(*args):
+        result = cli("check", "--format", "json", *args, "train.py", cwd=tmp_path)
+        return [(d["code"], d["location"]["row"]) for d in json.loads(result.stdout)]
+
+    assert found() == [("FSD106", 22), ("FSD106", 23)]
+    assert found("--target-torch-version", "2.11") == []
+    assert found("--target-torch-version", "2.10.2") == [("FSD106", 22), ("FSD106", 23)]
+    assert found("--target-torch-version", "2.13") == []
+    (tmp_path / "pyproject.toml").write_text('[tool.fsdp-lint]\ntarget-torch-version = "2.9"\n')
+    assert found() == [("FSD106", 22), ("FSD106", 23)]
+
+
 def test_unsafe_fixes_from_config(cli, project):
     target = project / "src" / "m.py"
     shutil.copy(FIXTURES / "FSD001" / "fix" / "mutating.py", target)

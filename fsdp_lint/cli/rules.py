@@ -26,6 +26,7 @@ def rule_json(rule, with_doc: bool = False) -> dict:
         "fix": rule.fix_availability,
         "hazard_fixed_in": rule.hazard_fixed_in,
         "paths_fixed_in": dict(rule.paths_fixed_in),
+        "paths_on_by_default": sorted(rule.paths_on_by_default),
         "url": rule.url(),
     }
     if with_doc:

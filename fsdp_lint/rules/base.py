@@ -15,7 +15,10 @@ Every rule lives in its own module under ``fsdp_lint/rules/`` and carries:
 - ``paths_fixed_in``: the same for one path of a rule (path name -> release), with the
   opposite default: such a path reports only when the target torch version is set and
   older (``for_target``; ``reports_path`` in ``check``).  For hazards fixed long ago,
-  where flagging code that runs on a current torch would be a false alarm.
+  where flagging code that runs on a current torch would be a false alarm;
+- ``paths_on_by_default``: paths of ``paths_fixed_in`` fixed so recently that most code
+  still runs on a torch with the hazard: they report when no target is set, and stop
+  from their release on.
 
 A rule's runtime scenario is declared on the verifier's side, keyed by the rule's code
 (``fsdp_lint/scenarios/registry.py``): rules never import the verifier.
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, ClassVar, Dict, FrozenSet, List, Optional, Tuple
 
 from fsdp_lint.versions import version_tuple
 
@@ -96,6 +99,7 @@ class Rule:
     marker_needs: ClassVar[Dict[str, "re.Pattern[str]"]] = {}
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}
+    paths_on_by_default: ClassVar[FrozenSet[str]] = frozenset()
     target_torch: ClassVar[Optional[Tuple[int, ...]]] = None  # set by ``for_target``
     doc: ClassVar[str] = ""
 
@@ -114,9 +118,11 @@ class Rule:
 
     @classmethod
     def reports_path(cls, path: str) -> bool:
-        """Whether the path named in ``paths_fixed_in`` reports: the target torch is set
-        and older than the release that fixed it."""
-        return cls.target_torch is not None and cls.target_torch < version_tuple(cls.paths_fixed_in[path])
+        """Whether the path named in ``paths_fixed_in`` reports: the target torch is older
+        than the release that fixed it; with no target set, whether it is on by default."""
+        if cls.target_torch is None:
+            return path in cls.paths_on_by_default
+        return cls.target_torch < version_tuple(cls.paths_fixed_in[path])
 
     @classmethod
     def cache_tag(cls) -> str:
