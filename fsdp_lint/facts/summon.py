@@ -19,7 +19,7 @@ from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins, other_f
 from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
-from fsdp_lint.facts.param_writes import block_edits_params
+from fsdp_lint.facts.param_writes import block_edits_params, param_edits, possible_edits
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments, first_positional, literal_bool
 
 
@@ -66,6 +66,17 @@ class SummonCall:
         if name in self.from_dicts:
             return literal_bool(self.from_dicts[name])
         return UNKNOWN if self.opaque else torch_api.SUMMON_DEFAULTS[name]
+
+    def calls_that_may_edit(self, facts: ModuleFacts) -> List[cst.Call]:
+        """The calls of the entering block that hand the gathered parameters to code that
+        may write them (``param_writes.possible_edits``), where the block shows no edit itself."""
+        block = self.site.entered_by
+        if block is None:
+            return []
+        modules = [s.module_name for s in summons_entering(facts, block)]
+        if param_edits(facts, block, modules):
+            return []
+        return possible_edits(facts, block, modules)
 
     def block_may_edit(self, facts: ModuleFacts) -> bool:
         """True unless a with-statement enters this call and its body provably edits no

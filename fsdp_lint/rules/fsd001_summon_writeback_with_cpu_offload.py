@@ -90,7 +90,10 @@ in-place tensor method (`add_`, `copy_`, `zero_`, any `*_` call) on a parameter,
 gathered module or a view of them, no augmented, subscript or attribute assignment to them
 (`p.data = ...`, `p[0] = 1`, `p += 1`), no `load_state_dict`, `setattr` or `del`; a method
 writes its receiver only (`shadow[n].add_(p)` updates an EMA copy and reads `p`), a module
-function such as `init.zeros_(w)` its first argument. Otherwise it is unsafe (the block's edits would be discarded) and is
+function such as `init.zeros_(w)` its first argument; and no call hands the parameters or
+the module to code that may write them (`model.apply(init_fn)`, a helper of the file,
+`vector_to_parameters(v, model.parameters())`; known readers such as `print`, `torch.save`,
+a logger or `p.norm()` are fine). Otherwise it is unsafe (the block's edits would be discarded) and is
 applied only with `--unsafe-fixes`. A summon that is not entered by a `with` statement
 (stored in a variable, `ExitStack.enter_context`) gets the unsafe fix: its block is unknown.
 
@@ -116,7 +119,15 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
             else:
                 subject = f"this module keeps FSDP parameters on the CPU ({where})"
             edits = summon.block_may_edit(facts)
-            if edits and summon.site.entered_by is not None:
+            handed = summon.calls_that_may_edit(facts) if edits else []
+            if handed:
+                call = handed[0]
+                advice = (
+                    f"the block hands the parameters to `{facts.module.code_for_node(call.func)}(...)` (line "
+                    f"{report.row(call)}), which may edit them, so `writeback=False` could drop an edit: if it "
+                    "only reads them, pass `writeback=False`"
+                )
+            elif edits and summon.site.entered_by is not None:
                 advice = (
                     "the block edits parameters, so `writeback=False` would drop the edit: edit the local "
                     "shards outside the summon, or load the new values with `set_model_state_dict`"
