@@ -335,7 +335,8 @@ def _bool_value(facts: ModuleFacts, arg: Argument, default: bool):
     return values.pop()
 
 
-def _is_cpu_device(facts: ModuleFacts, source: Source) -> bool:
+def is_cpu_device(facts: ModuleFacts, source: Source) -> bool:
+    """``source`` is the CPU device: ``"cpu"``, ``"cpu:0"``, ``torch.device("cpu")`` (also through names)."""
     expr = source.expr
     text = literal_string(expr)
     if text is not None:
@@ -344,7 +345,7 @@ def _is_cpu_device(facts: ModuleFacts, source: Source) -> bool:
         first = next((a for a in expr.args if (a.keyword is None and not a.star) or (a.keyword and a.keyword.value == "type")), None)
         if first is None:
             return False
-        return any(_is_cpu_device(facts, s) for s in sources(facts, first.value, source.ctx, source.order, source.via).found)
+        return any(is_cpu_device(facts, s) for s in sources(facts, first.value, source.ctx, source.order, source.via).found)
     return False
 
 
@@ -396,7 +397,7 @@ def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
         elif UNKNOWN in answers or not offload_arg.sources.complete:
             offload = UNKNOWN
     device = argument(facts, origin, "device_id")
-    cpu_device = device.known and any(_is_cpu_device(facts, s) for s in device.sources.found)
+    cpu_device = device.known and any(is_cpu_device(facts, s) for s in device.sources.found)
     use_orig = UNKNOWN if wrap.fsdp2 else _bool_value(facts, argument(facts, origin, "use_orig_params"), False)
     sharding: object = UNKNOWN
     if not wrap.fsdp2:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins, wrap_config
+from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, is_cpu_device, origins, wrap_config
 from fsdp_lint.facts.values import first_positional, literal_string
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -56,7 +57,7 @@ No automatic fix: where the module should live is the author's decision.
             func = site.node.func
             if site.attr not in ("cuda", "to") or not hasattr(func, "value") or facts.qualname(func) is not None:
                 continue
-            if site.attr == "to" and not _moves_off_cpu(facts, site.node):
+            if site.attr == "to" and not _moves_off_cpu(facts, site):
                 continue
             found = origins(facts, func.value, site.ctx, site.order)
             offloaded = [o for o in found.fsdp1 if wrap_config(facts, o).offload is True]
@@ -76,8 +77,10 @@ No automatic fix: where the module should live is the author's decision.
 _DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "uint8", "int32", "int64"})
 
 
-def _moves_off_cpu(facts, call) -> bool:
-    """``m.to(x)`` moves to an accelerator: not ``.to("cpu")``, not a dtype-only ``.to(torch.bfloat16)``."""
+def _moves_off_cpu(facts, site) -> bool:
+    """``m.to(x)`` moves to an accelerator: not ``.to("cpu")`` nor ``.to(torch.device("cpu"))``
+    (also through a name), not a dtype-only ``.to(torch.bfloat16)``."""
+    call = site.node
     first = first_positional(call)
     device = next((a for a in call.args if a.keyword is not None and a.keyword.value == "device"), first)
     if device is None:
@@ -86,4 +89,7 @@ def _moves_off_cpu(facts, call) -> bool:
     if text is not None:
         return not text.startswith("cpu")
     qualname = facts.qualname(device.value) or ""
-    return not (qualname.startswith("torch.") and qualname.rsplit(".", 1)[-1] in _DTYPES)
+    if qualname.startswith("torch.") and qualname.rsplit(".", 1)[-1] in _DTYPES:
+        return False
+    found = sources(facts, device.value, site.ctx, site.order)
+    return not (found.complete and found.found and all(is_cpu_device(facts, s) for s in found.found))
