@@ -238,6 +238,25 @@ def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: 
     return result
 
 
+def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: int) -> Origins:
+    """``origins``, and where ``expr`` reads a parameter of the function it is in, also
+    through each call of that function in this file (a ``snapshot(model)`` helper): complete
+    when every such call's argument was followed."""
+    result = origins(facts, expr, ctx, order)
+    if result.complete or ctx.function is None:
+        return result
+    callers = calls_of(facts, ctx.function)
+    if not callers:
+        return result
+    merged = Origins(list(result.wraps), complete=True, plain=result.plain)
+    for call in callers:
+        through = origins(facts, expr, ctx, order, (call,))
+        merged.wraps.extend(o for o in through.wraps if o not in merged.wraps)
+        merged.plain = merged.plain or through.plain
+        merged.complete = merged.complete and through.complete
+    return merged
+
+
 # -- a construction's configuration ---------------------------------------------------
 @dataclass
 class Argument:

@@ -11,8 +11,8 @@ from typing import List, Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import Source, Sources, calls_of, sources
-from fsdp_lint.facts.fsdp_modules import Origins, origins
+from fsdp_lint.facts.dataflow import Source, Sources, sources
+from fsdp_lint.facts.fsdp_modules import Origins, origins_with_callers
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments, literal_bool
 
@@ -30,13 +30,7 @@ class StateDictSetting:
         """The FSDP constructions the module may come from (``facts.fsdp_modules``); in a
         function, also through each call of it in this file (a ``save(model, path)``
         helper)."""
-        ctx, order = self.site.ctx, self.site.order
-        result = origins(facts, self.module_expr, ctx, order)
-        for call in calls_of(facts, ctx.function) if ctx.function is not None else ():
-            through = origins(facts, self.module_expr, ctx, order, (call,))
-            result.wraps.extend(through.wraps)
-            result.plain = result.plain or through.plain
-        return result
+        return origins_with_callers(facts, self.module_expr, self.site.ctx, self.site.order)
 
 
 def _compute(facts: ModuleFacts) -> List[StateDictSetting]:

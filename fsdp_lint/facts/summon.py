@@ -15,7 +15,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import dict_entries, sources
-from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins, other_fsdp_imported
+from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins_with_callers, other_fsdp_imported
 from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
@@ -52,8 +52,9 @@ class SummonCall:
         return arg.value if arg is not None else None
 
     def origins(self, facts: ModuleFacts) -> Origins:
-        """The FSDP constructions the summoned module may come from (``facts.fsdp_modules``)."""
-        return origins(facts, self.module_expr, self.site.ctx, self.site.order)
+        """The FSDP constructions the summoned module may come from (``facts.fsdp_modules``),
+        also through the calls of the function it is in when it is that function's parameter."""
+        return origins_with_callers(facts, self.module_expr, self.site.ctx, self.site.order)
 
     def params_on_cpu(self, facts: ModuleFacts) -> List[OffloadEvidence]:
         return params_on_cpu(facts, self.module_expr, self.site.ctx, self.site.order)

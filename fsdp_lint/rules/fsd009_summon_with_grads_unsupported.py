@@ -17,7 +17,8 @@ class SummonWithGradsUnsupported(Rule):
 ## What it does
 Checks for torch FSDP `summon_full_params(..., with_grads=True)` calls that also pass
 `offload_to_cpu=True`, or whose module is wrapped in this file by `FSDP(...)` without
-`use_orig_params=True`.
+`use_orig_params=True` (also through the calls of a helper whose parameter is the summoned
+module: every call of it in this file must pass such a model).
 
 ## Why is this bad?
 `with_grads=True` is implemented only for `use_orig_params=True` without CPU offload of the

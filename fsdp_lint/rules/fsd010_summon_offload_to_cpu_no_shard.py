@@ -20,7 +20,9 @@ class SummonOffloadToCpuNoShard(Rule):
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` on a module wrapped in
-this file with `sharding_strategy=ShardingStrategy.NO_SHARD`.
+this file with `sharding_strategy=ShardingStrategy.NO_SHARD`, also where the summon is in a
+helper and the module its parameter (`snapshot(model)`: each call of the helper in this file
+is followed).
 
 With `target-torch-version` below 2.1 it also checks the state-dict path:
 `FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
