@@ -70,7 +70,8 @@ changes what code there computes.
             report(
                 summon.node,
                 "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model into "
-                "host memory (PyTorch warns: risks CPU OOM); pass `rank0_only=True, writeback=False`",
+                "host memory (PyTorch warns: risks CPU OOM); if only rank 0 uses the full weights, pass "
+                "`rank0_only=True, writeback=False`",
                 (FixProposal(UNSAFE, "Pass `rank0_only=True` (and `writeback=False`)", summon.node, new) if summon.fixable else None),
                 statement=summon.site.ctx.statement,
             )
