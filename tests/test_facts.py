@@ -181,13 +181,35 @@ def test_rank_tests(test, one_rank):
         ("model.load_state_dict(sd)", True),
         ("for k, v in model.state_dict().items():\n        v.copy_(new[k])", True),
         ("other.weight.data = x", True),
+        # reads
+        ("print({n: p.norm().item() for n, p in model.named_parameters()})", False),
+        ("torch.save(model.state_dict(), path)", False),
+        ("for n, p in model.named_parameters():\n        shadow[n].mul_(0.9).add_(p.detach().cpu(), alpha=0.1)", False),
+        ("logger.info('%s', [p.shape for p in model.parameters()])", False),
+        # edits through aliases, views, calls and code that runs elsewhere (a fix audit)
+        ("p = next(iter(model.parameters()))\n    p.zero_()", True),
+        ("ps = [p for p in model.parameters()]\n    ps[0].zero_()", True),
+        ("params = {n: p for n, p in model.named_parameters()}\n    params['weight'].zero_()", True),
+        ("if (w := next(model.parameters())) is not None:\n        w.zero_()", True),
+        ("list(map(lambda p: p.zero_(), model.parameters()))", True),
+        ("torch.flatten(model.fc.weight).zero_()", True),
+        ("a = model.fc.weight.detach().numpy()\n    a[:] = 0", True),
+        ("w = model.fc.weight.type(torch.float32)\n    w.zero_()", True),
+        ("model.half()", True),
+        ("model.to(torch.float16)", True),
+        ("model.apply(init_fn)", True),
+        ("reinit()", True),
+        ("getattr(model, 'load_state_dict')(sd)", True),
+        ("torch.nn.utils.vector_to_parameters(flat, model.parameters())", True),
+        ("yield model", True),
     ],
 )
 def test_parameter_edits(body, edits):
-    from fsdp_lint.facts.param_writes import block_edits_params
+    from fsdp_lint.facts.read_only_blocks import block_may_edit
 
     facts = facts_of(
-        "import torch\ncopies = {}\nwith FSDP.summon_full_params(model):\n    " + body + "\n"
+        "import torch\ncopies = {}\ndef reinit():\n    model.fc.weight.data.zero_()\n"
+        "with FSDP.summon_full_params(model):\n    " + body + "\n"
     )
     block = next(s.entered_by for s in facts.calls if s.attr == "summon_full_params")
-    assert block_edits_params(facts, block, ["model"]) is edits
+    assert block_may_edit(facts, block, ["model"]) is edits

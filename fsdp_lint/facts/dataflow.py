@@ -52,7 +52,8 @@ class Sources:
         self.complete = self.complete and other.complete
 
 
-def _called_functions(facts: ModuleFacts, call: cst.Call, ctx: Context):
+def called_functions(facts: ModuleFacts, call: cst.Call, ctx: Context):
+    """The functions of this file ``call`` reaches: by bare name, or ``self.method(...)``."""
     func = call.func
     if isinstance(func, cst.Name):
         return module_functions(facts, func.value)
@@ -89,7 +90,7 @@ def _from_binding(facts: ModuleFacts, binding: Binding, via, depth) -> Sources:
     if isinstance(value, (cst.Tuple, cst.List)) and binding.index < len(value.elements):
         return sources(facts, value.elements[binding.index].value, binding.ctx, binding.order, via, depth + 1)
     if isinstance(value, cst.Call):
-        infos = _called_functions(facts, value, binding.ctx)
+        infos = called_functions(facts, value, binding.ctx)
         if len(infos) == 1:
             return _returns(facts, infos[0], value, via, binding.index, depth)
     return Sources(complete=False)
@@ -228,7 +229,7 @@ def sources(
         func = expr.func
         if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF and facts.qualname(func) is None:
             return sources(facts, func.value, ctx, order, via, depth + 1, extra)
-        infos = _called_functions(facts, expr, ctx)
+        infos = called_functions(facts, expr, ctx)
         if len(infos) == 1 and facts.qualname(func) is None:
             return _returns(facts, infos[0], expr, via, None, depth)
         return Sources([Source(expr, ctx, order, via)])

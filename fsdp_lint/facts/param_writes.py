@@ -91,10 +91,10 @@ def param_edits(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional
         return writes
     names = _tainted(facts, writes[0].ctx.function, modules)
     # a write whose target is unknown is assumed to edit
-    return [w for w in writes if not w.targets or any(_root(t, names) for t in _written(facts, w))]
+    return [w for w in writes if not w.targets or any(_root(t, names) for t in written(facts, w))]
 
 
-def _written(facts: ModuleFacts, write: Mutation) -> tuple:
+def written(facts: ModuleFacts, write: Mutation) -> tuple:
     """What ``write`` changes: a method changes its receiver, not its arguments
     (``ema[n].add_(p)`` reads ``p``); a function of a module (``init.zeros_(w)``) or a bare
     function (``setattr(m, ...)``) its first argument, which ``facts.index`` records too."""
@@ -108,88 +108,3 @@ def _written(facts: ModuleFacts, write: Mutation) -> tuple:
     ):
         return write.targets[:1]
     return write.targets
-
-
-# What a call may do with the gathered parameters it is handed, for a fix's safety: a
-# callee outside these lists (``model.apply(init_fn)``, ``reinit_head(model)``,
-# ``vector_to_parameters(v, model.parameters())``) may write them.
-_READING_FUNCTIONS = frozenset(
-    {
-        "print", "len", "isinstance", "issubclass", "hasattr", "getattr", "id", "type", "repr", "str",
-        "format", "bool", "int", "float", "complex", "sorted", "list", "tuple", "dict", "set", "frozenset",
-        "enumerate", "zip", "iter", "next", "reversed", "filter", "map", "min", "max", "sum", "any", "all",
-        "abs", "round", "hash", "vars", "dir", "callable", "range",
-    }
-)
-_READING_QUALNAME_PREFIXES = (
-    "torch.save", "torch.equal", "torch.allclose", "torch.isclose", "torch.norm", "torch.linalg.",
-    "torch.testing.", "torch.cat", "torch.stack", "torch.numel", "torch.is_tensor", "torch.isfinite",
-    "torch.isnan", "torch.isinf", "torch.sum", "torch.mean", "torch.abs", "torch.max", "torch.min",
-    "torch.clone", "torch.flatten", "torch.nn.utils.parameters_to_vector", "copy.", "logging.", "json.",
-    "math.", "numpy.", "pickle.dump", "safetensors.torch.save", "wandb.", "pprint.",
-)
-# methods that read their arguments: loggers, containers, writers, unittest asserts
-_READING_METHODS = frozenset(
-    {
-        "info", "debug", "warning", "warn", "error", "critical", "exception", "log", "print", "write",
-        "append", "extend", "add", "update", "setdefault", "insert", "put", "format", "join", "add_scalar",
-        "add_scalars", "add_histogram", "save", "dump", "dumps", "assert_close",
-    }
-)
-# methods of a tensor or module that read it
-_READ_METHODS = _SAME_STORAGE | frozenset(
-    {
-        "clone", "norm", "sum", "mean", "std", "var", "abs", "max", "min", "amax", "amin", "any", "all",
-        "numel", "size", "dim", "item", "tolist", "numpy", "eq", "ne", "equal", "allclose", "isclose",
-        "isfinite", "isnan", "isinf", "nelement", "element_size", "nbytes", "stride", "is_contiguous",
-        "data_ptr", "storage", "untyped_storage", "full_tensor", "to_local", "type", "double", "long",
-        "int", "bool", "keys", "get", "count", "index", "named_modules", "extra_repr", "__repr__",
-        "square", "pow", "sqrt", "mul", "add", "sub", "div", "matmul", "flatten", "ravel", "sign",
-        "argmax", "argmin", "topk", "sort", "count_nonzero", "nonzero", "float", "abs", "norm",
-    }
-)
-
-
-def _reads_only(facts: ModuleFacts, call: cst.Call, names: FrozenSet[str]) -> bool:
-    """``call`` leaves the gathered parameters as they are, as far as this file can tell."""
-    func = call.func
-    qualname = facts.qualname(func) or ""
-    if qualname:
-        return qualname.startswith(_READING_QUALNAME_PREFIXES)
-    if isinstance(func, cst.Name):
-        return func.value in _READING_FUNCTIONS or func.value in names  # ``model(x)``: the forward
-    if isinstance(func, cst.Attribute):
-        method = func.attr.value
-        if _root(func.value, names):
-            return method in _READ_METHODS
-        # an in-place method writes its (other) receiver and reads its arguments
-        return method in _READING_METHODS or method.startswith("assert") or (
-            method.endswith("_") and not method.startswith("__")
-        )
-    return False
-
-
-def possible_edits(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional[str]]) -> List[cst.Call]:
-    """The calls inside ``block`` that hand the gathered parameters (the module, a name bound
-    from it, as argument or as receiver) to code that may write them: not edits this file
-    shows, but a fix that drops the write-back is not safe past them."""
-    modules = list(modules)
-    calls = [site for site in facts.calls if any(w is block for w in site.ctx.withs)]
-    if not calls or None in modules:
-        return []
-    names = _tainted(facts, calls[0].ctx.function, modules)
-    found = []
-    for site in calls:
-        call = site.node
-        if site.entered_by is not None or _reads_only(facts, call, names):
-            continue
-        handed = [a.value for a in call.args]
-        if isinstance(call.func, cst.Attribute):
-            handed.append(call.func.value)
-        if any(_root(value, names) for value in handed):
-            found.append(call)
-    return found
-
-
-def block_edits_params(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional[str]]) -> bool:
-    return bool(param_edits(facts, block, modules)) or bool(possible_edits(facts, block, modules))

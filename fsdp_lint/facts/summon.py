@@ -19,7 +19,8 @@ from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins_with_cal
 from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
-from fsdp_lint.facts.param_writes import block_edits_params, param_edits, possible_edits
+from fsdp_lint.facts.param_writes import param_edits
+from fsdp_lint.facts.read_only_blocks import block_may_edit, may_edit_calls
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments, first_positional, literal_bool
 
 
@@ -68,16 +69,16 @@ class SummonCall:
             return literal_bool(self.from_dicts[name])
         return UNKNOWN if self.opaque else torch_api.SUMMON_DEFAULTS[name]
 
-    def calls_that_may_edit(self, facts: ModuleFacts) -> List[cst.Call]:
-        """The calls of the entering block that hand the gathered parameters to code that
-        may write them (``param_writes.possible_edits``), where the block shows no edit itself."""
+    def may_edit_through(self, facts: ModuleFacts) -> List[cst.CSTNode]:
+        """Where the entering block shows no edit itself, what in it may still edit the
+        gathered parameters (``read_only_blocks.may_edit_calls``)."""
         block = self.site.entered_by
         if block is None:
             return []
         modules = [s.module_name for s in summons_entering(facts, block)]
         if param_edits(facts, block, modules):
             return []
-        return possible_edits(facts, block, modules)
+        return may_edit_calls(facts, block, modules)
 
     def block_may_edit(self, facts: ModuleFacts) -> bool:
         """True unless a with-statement enters this call and its body provably edits no
@@ -86,7 +87,7 @@ class SummonCall:
         if block is None:
             return True
         modules = [s.module_name for s in summons_entering(facts, block)]
-        return block_edits_params(facts, block, modules)
+        return block_may_edit(facts, block, modules)
 
 
 def _is_torch_summon(facts: ModuleFacts, site: CallSite) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.diagnostics import SAFE, UNSAFE
 from fsdp_lint.facts.offload import CPU_DEVICE
+from fsdp_lint.facts.read_only_blocks import describe_possible_edit
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.fixes import set_arguments
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
@@ -119,13 +120,12 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
             else:
                 subject = f"this module keeps FSDP parameters on the CPU ({where})"
             edits = summon.block_may_edit(facts)
-            handed = summon.calls_that_may_edit(facts) if edits else []
-            if handed:
-                call = handed[0]
+            through = summon.may_edit_through(facts) if edits else []
+            if through:
                 advice = (
-                    f"the block hands the parameters to `{facts.module.code_for_node(call.func)}(...)` (line "
-                    f"{report.row(call)}), which may edit them, so `writeback=False` could drop an edit: if it "
-                    "only reads them, pass `writeback=False`"
+                    f"{describe_possible_edit(facts, through[0])} (line {report.row(through[0])}) may edit the "
+                    "parameters, so `writeback=False` could drop an edit: if the block only reads them, pass "
+                    "`writeback=False`"
                 )
             elif edits and summon.site.entered_by is not None:
                 advice = (
