@@ -317,6 +317,8 @@ def lint_text_sliced(
             line = text[starts[first - 1]:starts[first] if first < len(starts) else len(text)]
             indent = line[: len(line) - len(line.lstrip(" \t"))]
             fix = _fix_edits(module, positions, text, proposal, indent)
+            if fix is not None and any(suppressions.marks_any(e.location.row, e.end_location.row) for e in fix.edits):
+                fix = None  # a line with a suppression comment is never edited
         result.diagnostics.append(
             Diagnostic(
                 code=rule.code,

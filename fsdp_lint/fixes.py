@@ -108,7 +108,9 @@ def remove_argument(call: "cst.Call", index: int) -> "cst.Call":
     """Drop argument ``index``; the others keep their separators and comments.
 
     When the last argument goes, the new last one takes over what closed the list (a
-    trailing comma, the line break before the parenthesis) but keeps its own comment.
+    trailing comma, the line break before the parenthesis) but keeps its own comment; the
+    removed argument's comment stays on a line of its own where the argument was (it
+    described that argument, and nothing the user wrote is lost).
     """
     args = list(call.args)
     removed = args.pop(index)
@@ -118,10 +120,15 @@ def remove_argument(call: "cst.Call", index: int) -> "cst.Call":
     own = prev.comma.whitespace_after if isinstance(prev.comma, cst.Comma) else None
     closing = removed.comma.whitespace_after if isinstance(removed.comma, cst.Comma) else None
     if isinstance(own, cst.ParenthesizedWhitespace) and isinstance(closing, cst.ParenthesizedWhitespace):
-        first_line = own.first_line if own.first_line.comment is not None else closing.first_line
+        empty_lines = list(own.empty_lines) + list(closing.empty_lines)
+        if closing.first_line.comment is not None:
+            # the removed argument's comment stays, on its own line where the argument was
+            empty_lines.append(
+                cst.EmptyLine(indent=own.indent, whitespace=own.last_line, comment=closing.first_line.comment)
+            )
         comma = prev.comma.with_changes(
             whitespace_after=own.with_changes(
-                first_line=first_line, indent=closing.indent, last_line=closing.last_line
+                empty_lines=empty_lines, indent=closing.indent, last_line=closing.last_line
             )
         )
         args[-1] = prev.with_changes(comma=comma)

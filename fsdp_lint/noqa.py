@@ -50,6 +50,12 @@ class Suppressions:
             else:
                 self._rows[row] = ALL
 
+    def marks_any(self, first_row: int, last_row: int) -> bool:
+        """A suppression comment (for any code) sits on one of these rows: a fix never edits
+        such a line, even for a rule the comment does not name (``# noqa: FSD001`` says how
+        the user wants that call left)."""
+        return self.whole_file or any(row in self._rows for row in range(first_row, last_row + 1))
+
     def suppresses(self, code: str, name: str, first_row: int, last_row: int) -> bool:
         if self.whole_file:
             return True

@@ -338,9 +338,10 @@ def argument(facts: ModuleFacts, origin: Origin, name: str) -> Argument:
 class WrapConfig:
     offload: object  # True (parameters kept on the CPU, possibly), False, or UNKNOWN
     offload_node: Optional[cst.CSTNode]  # the CPUOffload(...)/CPUOffloadPolicy(...) call
-    cpu_device: bool  # ``device_id`` on the CPU device
+    cpu_device: bool  # ``device_id`` may be the CPU device (on some path)
     use_orig_params: object  # True, False or UNKNOWN
     sharding: object  # set of ShardingStrategy member names it may be, or UNKNOWN
+    cpu_device_always: bool = False  # ``device_id`` is the CPU device on every path
 
 
 def _bool_value(facts: ModuleFacts, arg: Argument, default: bool):
@@ -417,6 +418,9 @@ def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
             offload = UNKNOWN
     device = argument(facts, origin, "device_id")
     cpu_device = device.known and any(is_cpu_device(facts, s) for s in device.sources.found)
+    cpu_device_always = cpu_device and device.sources.complete and all(
+        is_cpu_device(facts, s) for s in device.sources.found
+    )
     use_orig = UNKNOWN if wrap.fsdp2 else _bool_value(facts, argument(facts, origin, "use_orig_params"), False)
     sharding: object = UNKNOWN
     if not wrap.fsdp2:
@@ -434,7 +438,7 @@ def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
                     break
             if names is not None:
                 sharding = names or {"FULL_SHARD"}
-    return WrapConfig(offload, offload_node, cpu_device, use_orig, sharding)
+    return WrapConfig(offload, offload_node, cpu_device, use_orig, sharding, cpu_device_always)
 
 
 __all__ = [

@@ -39,6 +39,9 @@ class OffloadEvidence:
     kind: str  # CPU_OFFLOAD, OFFLOAD_POLICY or CPU_DEVICE
     node: cst.CSTNode  # where the configuration is written
     wrap: Optional[FsdpWrap] = None  # the model's own construction; None: module-level evidence
+    # the model's own construction says so on every path (not a conditional device, not
+    # another model's configuration): what a safe fix may rest on
+    certain: bool = False
 
 
 def _compute(facts: ModuleFacts) -> List[OffloadEvidence]:
@@ -82,13 +85,16 @@ def params_on_cpu(facts: ModuleFacts, expr, ctx, order: int) -> List[OffloadEvid
     for origin in found.wraps:
         config = wrap_config(facts, origin)
         if config.cpu_device:
-            evidence.append(OffloadEvidence(CPU_DEVICE, origin.wrap.site.node, origin.wrap))
+            evidence.append(OffloadEvidence(CPU_DEVICE, origin.wrap.site.node, origin.wrap, config.cpu_device_always))
         if config.offload is True:
             kind = OFFLOAD_POLICY if origin.wrap.fsdp2 else CPU_OFFLOAD
             evidence.append(OffloadEvidence(kind, config.offload_node or origin.wrap.site.node, origin.wrap))
         elif config.offload is UNKNOWN:
             unknown = True
     if evidence or not unknown:
+        if unknown or len(found.wraps) != sum(1 for o in found.wraps if wrap_config(facts, o).cpu_device_always):
+            for e in evidence:
+                e.certain = False  # some path is not visible, or not on the CPU device
         return evidence
     # the module-level answer: not this model's own construction
     return [OffloadEvidence(e.kind, e.node) for e in cpu_param_evidence(facts)]

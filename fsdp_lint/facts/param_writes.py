@@ -3,10 +3,12 @@
 A write (``facts.index`` records every one as a ``Mutation``) edits parameters when what it
 writes to comes from the gathered module: the module itself (``model.fc.weight = ...``,
 ``model.load_state_dict(sd)``), a name bound from it without a copy (``w = model.fc.weight``,
-``for p in model.parameters()``, ``for k, v in model.state_dict().items()``), or any
-``.weight`` / ``.bias`` / ``.data`` / ``.grad`` chain.  Writes to anything else (a dict of
-CPU copies, a stats object, an accumulator tensor) are not parameter edits: they survive
-``writeback=False`` unchanged.  ``.clone()``, ``.item()``, ``.tolist()`` and unknown calls
+``for p in model.parameters()``, ``for k, v in model.state_dict().items()``).  Writes to
+anything else (a dict of CPU copies, a stats object, an accumulator tensor, another
+module's ``.weight``/``.data`` such as an inference engine's copy) are not edits of the
+gathered parameters: they survive ``writeback=False`` unchanged.  These are the edits the
+file shows, for rules that flag them (FSD005); whether a fix may drop an edit is the
+wider question of ``facts.read_only_blocks``.  ``.clone()``, ``.item()``, ``.tolist()`` and unknown calls
 make a copy; views (``.detach()``, ``.view()``, ``.data``, ``.to()``, ``.cpu()``, which
 return the same storage when nothing moves) do not.
 """
@@ -41,12 +43,8 @@ def _root(expr: cst.BaseExpression, names: FrozenSet[str]) -> bool:
         dotted = dotted_name(expr)
         if dotted is not None:
             parts = dotted.split(".")
-            if any(part in PARAM_ATTRS for part in parts[1:]):
-                return True
             return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
         if isinstance(expr, cst.Attribute):
-            if expr.attr.value in PARAM_ATTRS:
-                return True
             expr = expr.value
         elif isinstance(expr, cst.Subscript):
             expr = expr.value
@@ -64,6 +62,24 @@ def _root(expr: cst.BaseExpression, names: FrozenSet[str]) -> bool:
             return False
 
 
+def _bound_part(binding) -> cst.BaseExpression:
+    """What a tuple target's element is bound from, where the value shows it: ``a, b = x, y``;
+    ``for (n, p), q in zip(m.named_parameters(), other.parameters())`` binds ``q`` from the
+    second iterable; ``for i, p in enumerate(...)`` binds ``i`` from no tensor."""
+    value, index = binding.value, binding.index
+    if index is None:
+        return value
+    if binding.kind == "assign" and isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
+        return value.elements[index].value
+    if binding.kind == "for" and isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+        positional = [a.value for a in value.args if a.keyword is None and not a.star]
+        if value.func.value == "zip" and len(positional) == len(value.args) and index < len(positional):
+            return positional[index]
+        if value.func.value == "enumerate" and positional:
+            return positional[0] if index == 1 else cst.Integer("0")
+    return value
+
+
 def _tainted(facts: ModuleFacts, function, seeds: Iterable[str]) -> FrozenSet[str]:
     """The seed names plus every name of ``function`` bound from them without a copy."""
     names: Set[str] = set(seeds)
@@ -73,7 +89,7 @@ def _tainted(facts: ModuleFacts, function, seeds: Iterable[str]) -> FrozenSet[st
         changed = False
         frozen = frozenset(names)
         for binding in local:
-            if binding.target not in names and _root(binding.value, frozen):
+            if binding.target not in names and _root(_bound_part(binding), frozen):
                 names.add(binding.target)
                 changed = True
     return frozenset(names)

@@ -11,9 +11,9 @@ doubt answers "may edit":
   ``vector_to_parameters(v, model.parameters())``), or converts the module in place
   (``model.half()``, ``model.to(torch.float16)``); known readers (``print``, ``torch.save``,
   a logger, ``p.norm()``, an in-place method of another tensor) are fine;
-- a call of a function or method of this file (it may reach the module through a global or
-  ``self``), a ``yield`` (the caller's code runs inside the block), a nested ``def``,
-  ``lambda`` or ``class``.
+- a call of a function or method of this file that names the module itself (a global
+  ``model``, ``self`` for ``self.model``), a ``yield`` (the caller's code runs inside the
+  block), a nested ``def``, ``lambda`` or ``class``.
 
 ``facts.param_writes.param_edits`` answers the opposite question (which writes certainly
 edit parameters) for rules that flag edits (FSD005).
@@ -192,6 +192,26 @@ def _reads_only(facts: ModuleFacts, call: cst.Call, names: FrozenSet[str], modul
     return False
 
 
+def _reaches(facts: ModuleFacts, info, roots: Optional[Set[str]], depth: int) -> bool:
+    """A function of this file may reach the gathered module without being handed it: its
+    body names the module's root (a global ``model``, ``self`` for ``self.model``), or so
+    does a function of this file it calls (three levels).  ``roots`` None: the module is an
+    expression without a name, so any function may reach it."""
+    if roots is None or depth >= 3:
+        return True
+    stack = list(info.node.body.children)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name) and node.value in roots:
+            return True
+        stack.extend(node.children)
+    for site in facts.calls:
+        if site.ctx.function is info.node:
+            if any(_reaches(facts, inner, roots, depth + 1) for inner in called_functions(facts, site.node, site.ctx)):
+                return True
+    return False
+
+
 def may_edit_calls(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional[str]]) -> List[cst.CSTNode]:
     """Why ``block`` may edit the gathered parameters although it shows no edit
     (``param_edits``): the calls, ``yield``s and nested definitions of the module docstring."""
@@ -204,6 +224,7 @@ def may_edit_calls(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optio
     function = calls[0].ctx.function if calls else None
     names = _aliases(facts, function, [m for m in modules if m is not None], nodes)
     named = {m for m in modules if m is not None}
+    roots = {m.split(".", 1)[0] for m in named} if None not in modules else None
     for write in facts.mutations:
         if any(w is block for w in write.ctx.withs) and (
             not write.targets or any(_writes_alias(facts, write.node, t, names) for t in written(facts, write))
@@ -213,11 +234,12 @@ def may_edit_calls(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optio
         call = site.node
         if site.entered_by is not None:
             continue
-        if called_functions(facts, call, site.ctx):
-            found.append(call)  # a function of this file: it may reach the module itself
+        callees = called_functions(facts, call, site.ctx)
+        if any(_reaches(facts, info, roots, 0) for info in callees):
+            found.append(call)  # a function of this file that names the module (a global, ``self``)
             continue
-        if _reads_only(facts, call, names, named):
-            continue
+        if not callees and _reads_only(facts, call, names, named):
+            continue  # (a function of this file sees only its arguments: checked below)
         handed = [a.value for a in call.args]
         if isinstance(call.func, cst.Attribute):
             handed.append(call.func.value)

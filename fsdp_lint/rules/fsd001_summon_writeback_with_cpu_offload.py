@@ -33,7 +33,9 @@ constants, conditional expressions); a model built without offload in a file tha
 offloads another one is not flagged. When the model cannot be followed (a function
 parameter, a model built in another file), the module-level answer applies: any offload
 configuration in the file. A non-literal `writeback` (a variable) is an explicit choice
-and is not flagged.
+and is not flagged. A block that edits parameters is not flagged under CPU offload on GPUs:
+there the write-back is what keeps the edit, and it works; it is still flagged with FSDP on
+the CPU device and `offload_to_cpu=True`, where the write-back itself overwrites the shards.
 
 ## Why is this bad?
 With `writeback=True`, leaving the block copies this rank's slice of the full parameters
@@ -121,6 +123,9 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
                 subject = f"this module keeps FSDP parameters on the CPU ({where})"
             edits = summon.block_may_edit(facts)
             through = summon.may_edit_through(facts) if edits else []
+            corrupts = evidence.kind == CPU_DEVICE and summon.value("offload_to_cpu") is True
+            if edits and not through and not corrupts and summon.site.entered_by is not None:
+                continue  # the block edits parameters: the write-back it pays for is what keeps the edit
             if through:
                 advice = (
                     f"{describe_possible_edit(facts, through[0])} (line {report.row(through[0])}) may edit the "
@@ -134,7 +139,7 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
                 )
             else:
                 advice = "pass `writeback=False` for a read-only block"
-            if evidence.kind == CPU_DEVICE and summon.value("offload_to_cpu") is True:
+            if corrupts:
                 consequence = (
                     "on exit the write-back overwrites the local shards with freed memory on torch < 2.14.1 "
                     "(pytorch#188989)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fsdp_lint.diagnostics import SAFE
+from fsdp_lint.diagnostics import SAFE, UNSAFE
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.offload import CPU_DEVICE, cpu_param_evidence
 from fsdp_lint.facts.summon import summon_calls
@@ -63,8 +63,12 @@ with FSDP.summon_full_params(model, writeback=False):
 ```
 
 ## Fix safety
-For a summon the fix drops `offload_to_cpu=True` and is safe: the parameters are already
-on the CPU, so the block sees the same tensors without the broken copy. The state-dict
+For a summon the fix drops `offload_to_cpu=True`. It is safe when the summoned model's own
+construction puts it on the CPU device on every path: the parameters are already on the
+CPU, so the block sees the same tensors without the broken copy. It is unsafe when the
+device is chosen at run time (`torch.device("cuda") if torch.cuda.is_available() else
+torch.device("cpu")`) or the evidence is another model's in the same file: on a GPU the
+block would then get GPU tensors. The state-dict
 configurations get no automatic fix (dropping `cpu_offload` changes what is saved).
 
 ## References
@@ -87,7 +91,7 @@ configurations get no automatic fix (dropping `cpu_offload` changes what is save
                     summon.node,
                     f"`offload_to_cpu=True` on parameters that already live on the CPU ({where}): "
                     "crashes or corrupts shards on torch < 2.14.1 (pytorch#188989); drop it",
-                    (FixProposal(SAFE, "Remove `offload_to_cpu=True`", summon.node,
+                    (FixProposal(SAFE if all(e.certain for e in on_device) else UNSAFE, "Remove `offload_to_cpu=True`", summon.node,
                                 drop_argument(summon.node, summon.args, "offload_to_cpu")) if summon.fixable else None),
                     statement=summon.site.ctx.statement,
                 )

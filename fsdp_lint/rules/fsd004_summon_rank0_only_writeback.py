@@ -5,14 +5,14 @@ from __future__ import annotations
 from fsdp_lint.diagnostics import SAFE, UNSAFE
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.fixes import set_arguments
-from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
+from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 
 
 class SummonRank0OnlyWriteback(Rule):
     code = "FSD004"
     name = "summon-rank0-only-writeback"
     summary = "`rank0_only=True` with `writeback` missing or True: always NotImplementedError"
-    fix_availability = FIX_ALWAYS
+    fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params",), ("rank0_only",))
     doc = """\
 ## What it does

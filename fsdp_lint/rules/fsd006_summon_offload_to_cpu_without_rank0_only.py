@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
+from fsdp_lint.facts.offload import CPU_DEVICE
 from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.facts.values import UNKNOWN
 from fsdp_lint.fixes import set_arguments
-from fsdp_lint.rules.base import FIX_ALWAYS, FixProposal, Rule
+from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 
 
 class SummonOffloadToCpuWithoutRank0Only(Rule):
     code = "FSD006"
     name = "summon-offload-to-cpu-without-rank0-only"
     summary = "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model to host memory"
-    fix_availability = FIX_ALWAYS
+    fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params",), ("offload_to_cpu",))
     doc = """\
 ## What it does
@@ -53,7 +55,10 @@ with FSDP.summon_full_params(model, offload_to_cpu=True, rank0_only=True, writeb
 ## Fix safety
 The fix adds `rank0_only=True` (and `writeback=False`, which `rank0_only` requires). It is
 always unsafe: the other ranks then see only their local shards inside the block, which
-changes what code there computes.
+changes what code there computes. There is no fix where the block may edit parameters
+(`writeback=False` would drop the edit, and an edit on rank 0 alone is FSD005), where
+`writeback` is computed by the code, or where the parameters already live on the CPU (then
+`offload_to_cpu=True` itself is the problem: FSD003 removes it).
 
 ## References
 - [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
@@ -64,15 +69,20 @@ changes what code there computes.
             if summon.value("offload_to_cpu") is not True or summon.value("rank0_only") is not False:
                 continue
             values = {"rank0_only": "True"}
-            if summon.value("writeback") is not False:
+            writeback = summon.value("writeback")
+            if writeback is not False:
                 values["writeback"] = "False"
-            new = set_arguments(summon.node, summon.args, values)
+            # no fix where it would drop an edit (rank0_only needs writeback=False), overrule a
+            # writeback the code computes, or where offload_to_cpu=True itself is the bug (FSD003)
+            fixable = summon.fixable and writeback is not UNKNOWN and not summon.block_may_edit(facts) \
+                and not any(e.kind == CPU_DEVICE and e.certain for e in summon.params_on_cpu(facts))
+            new = set_arguments(summon.node, summon.args, values) if fixable else None
             report(
                 summon.node,
                 "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model into "
                 "host memory (PyTorch warns: risks CPU OOM); if only rank 0 uses the full weights, pass "
                 "`rank0_only=True, writeback=False`",
-                (FixProposal(UNSAFE, "Pass `rank0_only=True` (and `writeback=False`)", summon.node, new) if summon.fixable else None),
+                (FixProposal(UNSAFE, "Pass `rank0_only=True` (and `writeback=False`)", summon.node, new) if fixable else None),
                 statement=summon.site.ctx.statement,
             )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
@@ -28,6 +30,20 @@ PASS_THROUGH = frozenset({"detach", "cpu", "float", "double", "mean", "sum", "cl
 GATHERS = frozenset({"full_tensor", "redistribute"})
 # reads of a Replicate() total norm that give the global value (``.tolist()`` raises instead)
 TOTAL_NORM_READS_FIXED = frozenset({".item()", "float(...)", "int(...)", ".to_local()"})
+
+
+# words of a rank test: a read in a statement or under an ``if`` that names one may run on
+# some ranks only, where ``.full_tensor()`` (a collective) would hang
+_RANK_WORDS = re.compile(r"rank|main_process|is_master|global_zero|process_zero|process_index|is_main|should_save|master")
+
+
+def _maybe_on_some_ranks(facts, site) -> bool:
+    if rank_guard(facts, site.ctx) is not None:
+        return True
+    code = facts.module.code_for_node
+    return any(_RANK_WORDS.search(code(g.node.test)) for g in site.ctx.guards) or bool(
+        _RANK_WORDS.search(code(site.ctx.statement))
+    )
 
 
 class GradNormReadPerRank(Rule):
@@ -108,7 +124,9 @@ logger.info(f"grad_norm: {grad_norm.full_tensor().item():.4f}")
 The fix inserts `.full_tensor()` before the read and is unsafe: `.full_tensor()` is a
 collective (every rank must run that line, which a read under a rank test does not), and
 when no parameter has a gradient `clip_grad_norm_` returns a plain tensor, which has no
-`.full_tensor()`. Reads inside a rank test get no fix.
+`.full_tensor()`. Reads inside a rank test, or in a statement or under an `if` that
+names a rank (`if not rank:`, `x if rank == 0 else None`), get no fix. A `.to_local()` read
+becomes `.full_tensor()` (the full tensor is a plain tensor).
 
 ## References
 - [DTensor `full_tensor`](https://pytorch.org/docs/stable/distributed.tensor.html#torch.distributed.tensor.DTensor.full_tensor)
@@ -164,9 +182,13 @@ when no parameter has a gradient `clip_grad_norm_` returns a plain tensor, which
             if what.startswith("the total norm") and read in TOTAL_NORM_READS_FIXED and not self.reports_path("total-norm"):
                 continue
             fix = None
-            if rank_guard(facts, site.ctx) is None:
-                new_base = cst.Call(func=cst.Attribute(value=base, attr=cst.Name("full_tensor")))
-                fix = FixProposal(UNSAFE, "Insert `.full_tensor()` before the read", base, new_base)
+            if not _maybe_on_some_ranks(facts, site):
+                if read == ".to_local()":  # the full tensor is a plain tensor: no .to_local() after it
+                    fix = FixProposal(UNSAFE, "Read with `.full_tensor()`", node,
+                                      node.with_changes(func=node.func.with_changes(attr=cst.Name("full_tensor"))))
+                else:
+                    new_base = cst.Call(func=cst.Attribute(value=base, attr=cst.Name("full_tensor")))
+                    fix = FixProposal(UNSAFE, "Insert `.full_tensor()` before the read", base, new_base)
             if read == ".tolist()":
                 when = "raises RuntimeError on a DTensor (torch 2.13) or reads this rank's local norm (torch <= 2.9)"
             elif what.startswith("the total norm"):
