@@ -92,8 +92,37 @@ def test_training_loop_needs_step_in_the_loop_itself():
         """
     )
     sites = {s.attr: s for s in facts.calls}
-    assert per_step_loop(sites["marker_epoch"].ctx) is None
-    assert per_step_loop(sites["marker_inner"].ctx) is None
+    assert per_step_loop(facts, sites["marker_epoch"].ctx) is None
+    assert per_step_loop(facts, sites["marker_inner"].ctx) is None
+
+
+@pytest.mark.parametrize(
+    "test,every_step",
+    [
+        ("step % 10 == 0", False),
+        ("should_run(step, every)", False),
+        ("step in eval_steps", False),
+        ("step == max_steps - 1", False),
+        ("flag", False),  # flag = step % every == 0 above
+        ("args.debug", True),
+        ("step > warmup", True),
+        ("step != 0", True),
+        ("is_main()", True),
+    ],
+)
+def test_sparse_guards(test, every_step):
+    facts = facts_of(
+        f"""
+        def train():
+            for step, batch in enumerate(loader):
+                loss.backward()
+                flag = step % every == 0
+                if {test}:
+                    marker()
+        """
+    )
+    site = next(s for s in facts.calls if s.attr == "marker")
+    assert (per_step_loop(facts, site.ctx) is not None) is every_step
 
 
 def _site(facts, attr):

@@ -4,30 +4,106 @@ A loop "steps" when a ``.backward(...)`` or ``.step(...)`` call (``loss.backward
 ``accelerator.backward(loss)``, ``scaler.scale(loss).backward()``, ``optimizer.step()``,
 ``scaler.step(opt)``) has it as its innermost loop.  So an epoch loop around a batch
 loop does not step itself, and an evaluation loop (no backward, no step) never steps.
-A statement under a periodic guard (an ``if`` whose test uses ``%``), or in a branch
-that leaves the loop (ends with break/return/raise), does not run on every step.  A
-function of this file called on every step runs its body on every step too.
+A statement under a sparse guard, or in a branch that leaves the loop (ends with
+break/return/raise), does not run on every step.  A guard is sparse when its test uses
+``%`` (``step % every == 0``, also through a name bound from it: ``do_eval = ...; if
+do_eval:``), compares a loop counter with ``==`` or ``in`` (``step == max_steps - 1``,
+``step in eval_steps``), or passes one to a call (``should_run(step, every)``, a schedule
+predicate).  Loop counters: the ``for`` target and the names the loop adds to (``step +=
+1``).  A test on anything else (a flag, ``step > warmup``) leaves every step.  A function
+of this file called on every step runs its body on every step too.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Set, Tuple
+
+from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import calls_of
-from fsdp_lint.facts.model import CallSite, Context, Loop, ModuleFacts
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import CallSite, Context, Guard, Loop, ModuleFacts
 
 
-def per_step_loop(ctx: Context) -> Optional[Loop]:
+def per_step_loop(facts: ModuleFacts, ctx: Context) -> Optional[Loop]:
     """The innermost training loop that runs this context on every iteration, or None."""
     for depth in range(len(ctx.loops) - 1, -1, -1):
         loop = ctx.loops[depth]
         if not loop.steps:
             continue
         inside = [g for g in ctx.guards if g.loop_depth > depth]
-        if any(g.periodic or g.leaves_loop for g in inside):
+        if any(_sparse(facts, g, ctx.loops[depth:], ctx) for g in inside):
             return None
         return loop
     return None
+
+
+def _counters(facts: ModuleFacts, loop: Loop) -> Set[str]:
+    """The loop's ``for`` target names and the names it adds to (``step += 1``)."""
+    def compute(_facts):
+        found: Set[str] = set()
+        if isinstance(loop.node, cst.For):
+            found.update(_names(loop.node.target))
+        stack = list(loop.node.body.children)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+                found.update(filter(None, [dotted_name(node.target)]))
+            stack.extend(node.children)
+        return found
+    return facts.cached(("loop_counters", id(loop.node)), compute)
+
+
+def _names(target) -> List[str]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _names(e.value)]
+    name = dotted_name(target)
+    return [name] if name is not None else []
+
+
+def _mentions(expr, names: Set[str]) -> bool:
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        dotted = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        if dotted is not None and dotted in names:
+            return True
+        stack.extend(node.children)
+    return False
+
+
+def _sparse(facts: ModuleFacts, guard: Guard, loops, ctx: Context, depth: int = 0) -> bool:
+    """The guard's branch does not run on every iteration of ``loops`` (the module docstring)."""
+    if guard.periodic or guard.leaves_loop:
+        return True
+    counters: Set[str] = set().union(*(_counters(facts, loop) for loop in loops))
+    return _sparse_test(facts, guard.node.test, counters, guard, ctx, depth)
+
+
+def _sparse_test(facts: ModuleFacts, test, counters: Set[str], guard: Guard, ctx: Context, depth: int) -> bool:
+    stack = [test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) and not isinstance(
+            node.left, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+        ):
+            return True
+        if isinstance(node, cst.Comparison) and any(
+            isinstance(c.operator, (cst.Equal, cst.In)) for c in node.comparisons
+        ) and _mentions(node, counters):
+            return True
+        if isinstance(node, cst.Call) and any(_mentions(a.value, counters) for a in node.args):
+            return True
+        if isinstance(node, cst.Name) and depth < 2 and ctx.function is not None:
+            # ``do_eval = step % every == 0`` ... ``if do_eval:`` (the latest binding before the if)
+            earlier = [b for b in facts.bindings if b.target == node.value and b.ctx.function is ctx.function
+                       and b.kind == "assign" and b.index is None]
+            if earlier and _sparse_test(facts, earlier[-1].value, counters, guard, ctx, depth + 1):
+                return True
+        if isinstance(node, (cst.Comparison, cst.UnaryOperation, cst.BooleanOperation, cst.BinaryOperation,
+                             cst.Call, cst.Attribute, cst.Subscript, cst.Name)):
+            stack.extend(node.children)
+    return False
 
 
 def per_step_via_call(facts: ModuleFacts, ctx: Context) -> Optional[Tuple[Loop, Optional[CallSite]]]:
@@ -35,15 +111,15 @@ def per_step_via_call(facts: ModuleFacts, ctx: Context) -> Optional[Tuple[Loop, 
     function (or method) from this file made on every step of a loop (one call level:
     ``ema.update(model)`` in the loop, the summon inside ``update``).  The call is None for
     the direct case."""
-    loop = per_step_loop(ctx)
+    loop = per_step_loop(facts, ctx)
     if loop is not None:
         return loop, None
-    if ctx.function is None or any(g.periodic or g.leaves_loop for g in ctx.guards):
+    if ctx.function is None or any(_sparse(facts, g, ctx.loops, ctx) for g in ctx.guards):
         return None
     for call in calls_of(facts, ctx.function):
         site = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(call))
         if site is not None and site.ctx.function is not ctx.function:
-            outer = per_step_loop(site.ctx)
+            outer = per_step_loop(facts, site.ctx)
             if outer is not None:
                 return outer, site
     return None

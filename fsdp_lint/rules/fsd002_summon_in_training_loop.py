@@ -19,8 +19,13 @@ Checks for a torch FSDP `summon_full_params(...)` call that runs on every iterat
 training loop. A training loop is a `for`/`while` loop that is the innermost loop of a
 `.backward(...)` call (`loss.backward()`, `accelerator.backward(loss)`,
 `scaler.scale(loss).backward()`) or a `.step(...)` call (`optimizer.step()`) in the same
-function. A summon under a periodic guard (an `if` whose test uses `%`, as in
-`if step % eval_every == 0:`), or in a branch that leaves the loop, is not flagged; nor is a
+function. A summon under a sparse guard, or in a branch that leaves the loop, is not
+flagged. Sparse: the test uses `%` (`if step % eval_every == 0:`, also through a name
+bound from it: `do_eval = step % n == 0; if do_eval:`), compares a loop counter with `==`
+or `in` (`if step == max_steps - 1:`, `if step in eval_steps:`), or passes one to a call
+(`if should_run(step, every):`); loop counters are the `for` target and names the loop adds
+to (`global_step += 1`). A test on anything else (`if args.debug:`, `if step > warmup:`)
+leaves the summon on every step; nor is a
 summon in an outer epoch loop, or in an evaluation loop that never steps. A summon in a
 function or method of the same file that the loop calls on every step
 (`ema.update(model)`, `log_weight_norm(model)`) runs on every step too (one call level).
