@@ -96,5 +96,25 @@ def params_on_cpu(facts: ModuleFacts, expr, ctx, order: int) -> List[OffloadEvid
             for e in evidence:
                 e.certain = False  # some path is not visible, or not on the CPU device
         return evidence
-    # the module-level answer: not this model's own construction
-    return [OffloadEvidence(e.kind, e.node) for e in cpu_param_evidence(facts)]
+    # the module-level answer: not this model's own construction; where that construction
+    # is known but opaque (``FSDP(m, **get_kwargs(m))``), not what another construction of
+    # the file passes itself (``FSDP(ref, cpu_offload=CPUOffload(...))`` configures ``ref``)
+    own = {id(o.wrap) for o in found.wraps}
+    others = _argument_nodes(facts, own) if found.wraps else set()
+    return [OffloadEvidence(e.kind, e.node) for e in cpu_param_evidence(facts)
+            if id(e.node) not in others and (e.wrap is None or not found.wraps or id(e.wrap) in own)]
+
+
+def _argument_nodes(facts: ModuleFacts, own) -> set:
+    """ids of the nodes inside the arguments of the file's FSDP constructions other than ``own``."""
+    modules = fsdp_modules(facts)
+    found = set()
+    for wrap in modules.wraps + modules.fsdp2_wraps:
+        if id(wrap) in own or wrap.through is not None:
+            continue
+        stack = [a.value for a in wrap.site.node.args]
+        while stack:
+            node = stack.pop()
+            found.add(id(node))
+            stack.extend(node.children)
+    return found

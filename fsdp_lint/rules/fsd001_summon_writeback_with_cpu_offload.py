@@ -32,7 +32,8 @@ functions and their `**kwargs`, `functools.partial`, dicts passed as `**cfg`, mo
 constants, conditional expressions); a model built without offload in a file that also
 offloads another one is not flagged. When the model cannot be followed (a function
 parameter, a model built in another file), the module-level answer applies: any offload
-configuration in the file. A non-literal `writeback` (a variable) is an explicit choice
+configuration in the file; when its construction is found but opaque (`FSDP(m,
+**get_kwargs(m))`), not the configuration another construction passes itself. A non-literal `writeback` (a variable) is an explicit choice
 and is not flagged. A block that edits parameters is not flagged under CPU offload on GPUs:
 there the write-back is what keeps the edit, and it works; it is still flagged with FSDP on
 the CPU device and `offload_to_cpu=True`, where the write-back itself overwrites the shards.
