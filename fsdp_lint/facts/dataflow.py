@@ -204,6 +204,43 @@ def _item(facts: ModuleFacts, expr: cst.Subscript, ctx: Context, order: int, via
     return result
 
 
+def _literal(expr):
+    """The value of a string, integer or ``True``/``False``/``None`` literal, else a sentinel."""
+    if isinstance(expr, cst.SimpleString):
+        return expr.evaluated_value
+    if isinstance(expr, cst.Integer):
+        return int(expr.value)
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[expr.value]
+    return _UNDECIDED
+
+
+_UNDECIDED = object()
+
+
+def _decided(facts: ModuleFacts, test, ctx: Context, order: int, via, depth: int) -> Optional[bool]:
+    """The value of ``name == literal`` / ``name != literal`` (either side) when every value
+    the name may have is a literal (a parameter read through the call passed through:
+    ``_build(m, "actor")``); None when it cannot be told."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    target = test.comparisons[0]
+    if not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+        return None
+    left, right = test.left, target.comparator
+    if _literal(left) is not _UNDECIDED:
+        left, right = right, left
+    constant = _literal(right)
+    if constant is _UNDECIDED or _literal(left) is not _UNDECIDED:
+        return None
+    found = sources(facts, left, ctx, order, via, depth + 1)
+    values = {_literal(s.expr) for s in found.found}
+    if not found.complete or not found.found or _UNDECIDED in values or len(values) != 1:
+        return None
+    equal = values.pop() == constant
+    return equal if isinstance(target.operator, cst.Equal) else not equal
+
+
 def sources(
     facts: ModuleFacts,
     expr: Optional[cst.BaseExpression],
@@ -220,6 +257,9 @@ def sources(
     if expr is None or depth > MAX_DEPTH:
         return Sources(complete=False)
     if isinstance(expr, cst.IfExp):
+        branch = _decided(facts, expr.test, ctx, order, via, depth)
+        if branch is not None:  # ``x if role == "ref" else y`` with ``role`` known
+            return sources(facts, expr.body if branch else expr.orelse, ctx, order, via, depth + 1, extra)
         result = sources(facts, expr.body, ctx, order, via, depth + 1, extra)
         result.add(sources(facts, expr.orelse, ctx, order, via, depth + 1, extra))
         return result
