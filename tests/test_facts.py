@@ -190,6 +190,10 @@ def test_model_offload_follows_the_value(code, offloads):
         ("node_rank == 0", None),
         ("lora_rank == 0", None),
         ("rank == 0 or world_size == 1", None),
+        ("not dist.get_rank()", "body"),
+        ("not rank", "body"),
+        ("global_rank", "orelse"),
+        ("not is_main", "orelse"),
     ],
 )
 def test_rank_tests(test, one_rank):

@@ -112,10 +112,14 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         sides = (one_rank_branch(test.left, facts, ctx, order, depth + 1), one_rank_branch(test.right, facts, ctx, order, depth + 1))
         return "body" if "body" in sides else None
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        if _is_rank_value(test.expression):
+            return "body"  # ``if not dist.get_rank():``: rank 0
         inner = one_rank_branch(test.expression, facts, ctx, order, depth + 1)
         return _FLIP.get(inner) if inner else None
     if isinstance(test, cst.Comparison):
         return _compare(test)
+    if _is_rank_value(test):
+        return "orelse"  # ``if rank:`` runs on the other ranks; ``else`` on rank 0
     if isinstance(test, cst.Call):
         func = test.func
         if _last(dotted_name(func)) in MAIN_FLAGS:

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import dict_entries, sources
+from fsdp_lint.facts.dataflow import called_functions, dict_entries, sources
 from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins_with_callers, other_fsdp_imported
 from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
@@ -159,3 +159,49 @@ def summon_blocks(facts: ModuleFacts, ctx) -> List[Tuple[SummonCall, int]]:
     for depth, block in enumerate(ctx.withs):
         found.extend((summon, depth) for summon in summons_entering(facts, block))
     return found
+
+
+def _holds_summon(node, summon_ids) -> bool:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if id(item) in summon_ids:
+            return True
+        stack.extend(item.children)
+    return False
+
+
+def maybe_in_summon(facts: ModuleFacts, site: CallSite) -> bool:
+    """``site`` may run inside a summon: a ``with`` entering one (``summon_blocks``), or one
+    the file enters less directly: a name bound to it (``ctx = FSDP.summon_full_params(m);
+    with ctx:``), ``stack.enter_context(summon)`` earlier in an enclosing block, or a
+    ``@contextmanager`` helper of this file that enters one (``with gathered(model):``).
+    For rules that flag code outside a summon: a doubt counts as inside."""
+    ctx = site.ctx
+    if summon_blocks(facts, ctx):
+        return True
+    summons = summon_calls(facts)
+    if not summons:
+        return False
+    summon_ids = {id(s.node) for s in summons}
+    blocks = {id(b) for b in ctx.withs}
+    for block in ctx.withs:
+        for item in block.node.items:
+            expr = item.item
+            if _holds_summon(expr, summon_ids):
+                return True
+            name = dotted_name(expr)
+            if name is not None and any(
+                b.target == name and b.ctx.function is ctx.function and _holds_summon(b.value, summon_ids)
+                for b in facts.bindings
+            ):
+                return True
+            if isinstance(expr, cst.Call):
+                helpers = {id(info.node) for info in called_functions(facts, expr, ctx)}
+                if any(s.site.ctx.function is not None and id(s.site.ctx.function) in helpers for s in summons):
+                    return True
+    for other in facts.calls:  # ``stack.enter_context(FSDP.summon_full_params(...))``
+        if other.attr == "enter_context" and other.order < site.order and other.ctx.withs \
+                and id(other.ctx.withs[-1]) in blocks and any(_holds_summon(a.value, summon_ids) for a in other.node.args):
+            return True
+    return False

@@ -41,7 +41,8 @@ class CollectiveOnOneRank(Rule):
     }
     doc = """\
 ## What it does
-Checks for collectives reached on one rank only. Rank tests: `rank == 0`,
+Checks for collectives reached on one rank only. Rank tests: `rank == 0`, `not rank`,
+`if rank:` (its `else`),
 `dist.get_rank() == 0`, `args.local_rank in (-1, 0)`, `local_rank <= 0`,
 `int(os.environ["RANK"]) == 0`, `accelerator.is_main_process`, `trainer.is_global_zero`,
 `trainer.is_world_process_zero()`, `fabric.global_rank == 0`, `args.should_save`, a variable

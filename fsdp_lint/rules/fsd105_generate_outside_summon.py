@@ -6,7 +6,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.rebinding import rebound_between
-from fsdp_lint.facts.summon import summon_blocks
+from fsdp_lint.facts.summon import maybe_in_summon
 from fsdp_lint.facts.values import UNKNOWN
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -41,7 +41,9 @@ one of its own methods (`encode_image`, `encode_text`, `get_image_features`,
 wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy, outside a
 `summon_full_params` block. Not for FSDP2 (`fully_shard`), whose forward pre-hooks run
 whichever method calls the module, nor for `NO_SHARD`. A strategy held in a variable is not
-judged.
+judged. A summon entered less directly counts as one: a context held in a name (`ctx =
+FSDP.summon_full_params(m, ...); with ctx:`), `stack.enter_context(...)` in an enclosing
+`ExitStack` block, a `@contextmanager` helper of this file that enters one.
 
 ## Why is this bad?
 `FullyShardedDataParallel.__getattr__` forwards a missing attribute to the wrapped module
@@ -112,7 +114,7 @@ every rank has to enter it (a collective).
                 continue
             if wrap is not _ANNOTATED and rebound_between(facts, owner, wrap.site, site):
                 continue
-            if summon_blocks(facts, site.ctx):
+            if maybe_in_summon(facts, site):
                 continue
             report(
                 site.node,

@@ -60,7 +60,9 @@ test (`if rank == 0:`, `if dist.get_rank() == 0:`, `if accelerator.is_main_proce
 `if args.local_rank in (-1, 0):`, `if trainer.is_world_process_zero():`, any `if` whose test
 names a rank or main-process flag), not after an early `if rank != 0: return`, not in a
 function decorated `@rank_zero_only`, and with a
-path that does not contain the rank (`f"ckpt_{rank}.pt"` is per-rank and fine).
+path that does not contain the rank (`f"ckpt_{rank}.pt"` is per-rank and fine) and is not
+a temporary file or folder the process made (`tempfile.NamedTemporaryFile().name`,
+`mkstemp()`, `mkdtemp()`: unique per process).
 
 To stay precise the rule looks only at saves in the function that sets up the distributed
 run (the one that calls `init_process_group`, `FSDP(...)` or `fully_shard(...)`, or module
@@ -185,14 +187,16 @@ distributed checkpoint depends on what the state holds.
 
     @staticmethod
     def _per_rank_or_buffer(facts, site, expr, depth=0) -> bool:
-        """The path names a rank, or is an in-memory buffer (following local assignments)."""
-
-
+        """The path names a rank, is an in-memory buffer, or a temporary file or folder made
+        by this process (``tempfile.NamedTemporaryFile().name``, ``mkstemp()``, ``mkdtemp()``:
+        unique per process), following local assignments."""
         if mentions_rank(expr):
             return True
         if isinstance(expr, cst.Call):
             callee = dotted_name(expr.func) or ""
             if callee.rsplit(".", 1)[-1] in ("BytesIO", "StringIO"):
+                return True
+            if (facts.qualname(expr.func) or "").startswith("tempfile."):
                 return True
         if depth > 3:
             return False
@@ -202,6 +206,7 @@ distributed checkpoint depends on what the state holds.
             item = stack.pop()
             if isinstance(item, (cst.Name, cst.Attribute)) and dotted_name(item) is not None:
                 names.add(dotted_name(item))
+                names.add(dotted_name(item).split(".", 1)[0])  # ``tmp.name``: what ``tmp`` is
                 if isinstance(item, cst.Attribute):
                     continue
             stack.extend(item.children)
