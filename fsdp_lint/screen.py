@@ -799,13 +799,16 @@ def _builds_optimizer(s: Summary, call: ast.Call) -> bool:
     """``optimizers``: a call holding ``X.parameters()`` in its arguments, whose callee says
     optimizer (a ``torch.optim`` class, an optimizer-like name) or holds a ``torch.optim``
     class."""
-    if id(call) not in s.param_holders:
-        return False
     func = call.func
     name = _last(func)
     if name is None:
         return False
     package = torch_api.OPTIMIZER_PACKAGE + "."
+    if id(call) not in s.param_holders:
+        # param groups built first (``AdamW([{"params": decay}])``): the facts follow the names
+        return bool(call.args) and bool(
+            OPTIMIZER_NAME.search(name) or any(q.startswith(package) for q in s.qualnames(func))
+        )
     if OPTIMIZER_NAME.search(name) or "optim" in name.lower() or any(q.startswith(package) for q in s.qualnames(func)):
         return True
     return s.flow("optimizer_class", lambda node: _optimizer_class(s, node)).may_reach([func], s.call_frames[id(call)])
@@ -867,6 +870,8 @@ def _fsd102(s: Summary) -> Iterator[ast.AST]:
                 and _from_fsdp1(s, first.func.value, call)
             ):
                 yield call
+            elif type(first) in (ast.Name, ast.ListComp, ast.GeneratorExp, ast.Call):
+                yield call  # a list or filter of some module's parameters (the facts follow it)
 
 
 def _fsd103(s: Summary) -> Iterator[ast.AST]:

@@ -53,6 +53,24 @@ def _parameters_owner(expr: cst.CSTNode) -> Optional[cst.BaseExpression]:
     return None
 
 
+def _owner_through_names(facts: ModuleFacts, site: CallSite, expr) -> Optional[cst.BaseExpression]:
+    """``_parameters_owner`` of what the names inside ``expr`` were last bound to in the same
+    function before ``site``: param groups built first (``decay = [p for n, p in
+    model.named_parameters() if p.dim() >= 2]``; ``AdamW([{"params": decay}])``)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name):
+            earlier = [b for b in facts.bindings if b.target == node.value and b.ctx.function is site.ctx.function
+                       and b.order < site.order and b.index is None]
+            if earlier:
+                owner = _parameters_owner(earlier[-1].value)
+                if owner is not None:
+                    return owner
+        push_children(node, stack)
+    return None
+
+
 def _named_optimizer(facts: ModuleFacts, site: CallSite) -> bool:
     """The callee says optimizer: a ``torch.optim`` class or an optimizer-like name."""
     qualname = facts.qualname(site.node.func) or ""
@@ -132,7 +150,7 @@ def _compute(facts: ModuleFacts) -> List[OptimizerSite]:
         value = arg.value
         direct = isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _PARAMETER_CALLS
         if _named_optimizer(facts, site) or (direct and _holds_optimizer_class(facts, site)):
-            owner = _parameters_owner(value)
+            owner = _parameters_owner(value) or _owner_through_names(facts, site, value)
             if owner is not None:
                 found.append(OptimizerSite(site, owner, targets.get(id(site.node))))
                 continue

@@ -24,7 +24,8 @@ class OptimizerBeforeWrap(Rule):
     )
     doc = """\
 ## What it does
-Checks for an optimizer built from `m.parameters()` before `m` is wrapped by torch FSDP
+Checks for an optimizer built from `m.parameters()` (or from param groups listed from
+`m.parameters()`/`m.named_parameters()` first, through a name) before `m` is wrapped by torch FSDP
 (`FSDP(m, ...)`, `FSDP(module=m)`, FSDP2 `fully_shard(m)`, also inside an `if`, or a call
 of a function of this file that runs `fully_shard` on its parameter, torchtitan's
 `apply_fsdp(model)`: FSDP2 shards in place) in the same function and still used after the wrap: called, returned (`return model, optimizer`),

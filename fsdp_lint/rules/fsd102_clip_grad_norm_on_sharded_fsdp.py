@@ -20,8 +20,9 @@ class ClipGradNormOnShardedFsdp(Rule):
     markers = (("clip_grad_norm_",), ("FullyShardedDataParallel",))
     doc = """\
 ## What it does
-Checks for `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` (any import alias) where
-`m` is wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy (the default
+Checks for `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` (any import alias; also a
+list, generator, `list(...)` or `filter(...)` of them, directly or through a name:
+`trainable = [p for p in m.parameters() if p.requires_grad]`) where `m` is wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy (the default
 `FULL_SHARD`, `SHARD_GRAD_OP`, `HYBRID_SHARD`). The module must be FSDP1-wrapped on every
 path to the call, with a strategy that is visible: written, or held in a variable, module
 constant or config function of this file. Not for FSDP2 (`fully_shard`), where the
@@ -59,6 +60,7 @@ it is right only when `m` is the root FSDP module (on an inner unit FSDP raises
 `RuntimeError: clip_grad_norm_() should only be called on the root FSDP instance`), and
 the returned value becomes the total norm instead of the local one. Calls with other
 keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
+A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of them.
 
 ## References
 - [`FullyShardedDataParallel.clip_grad_norm_`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.clip_grad_norm_)
@@ -70,11 +72,17 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
                 continue
             bound, opaque = bind_arguments(site.node.args, ("parameters", "max_norm", "norm_type"))
             params = bound.get("parameters")
-            if params is None or not isinstance(params.value, cst.Call):
+            if params is None:
                 continue
-            func = params.value.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "parameters") or params.value.args:
-                continue
+            subset = False
+            call = params.value
+            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                    and call.func.attr.value == "parameters" and not call.args):
+                call = _parameters_call(facts, params.value, site, 0)
+                subset = True  # a list or filter of them: `m.clip_grad_norm_` would clip them all
+                if call is None:
+                    continue
+            func = call.func
             owner = dotted_name(func.value)
             found = origins(facts, func.value, site.ctx, site.order)
             if not found.complete or found.plain or not found.fsdp1 or found.fsdp2:
@@ -85,7 +93,7 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
             wrap = found.fsdp1[0].wrap
             fix = None
             extra = set(bound) - {"parameters", "max_norm", "norm_type"}
-            if not opaque and not extra and "max_norm" in bound:
+            if not opaque and not extra and "max_norm" in bound and not subset:
                 args = [bound[k] for k in ("max_norm", "norm_type") if k in bound]
                 new = method_call(site.node, func.value, "clip_grad_norm_", args)
                 name = site.node.func
@@ -99,3 +107,26 @@ keyword arguments (`error_if_nonfinite`, `foreach`) get no fix.
                 statement=site.ctx.statement,
             )
 
+
+
+def _parameters_call(facts, expr, site, depth):
+    """The ``m.parameters()`` / ``m.named_parameters()`` call that ``expr`` lists or filters:
+    ``[p for p in m.parameters() if p.requires_grad]``, a generator, ``list(...)``,
+    ``filter(f, ...)``, also through a name bound in the same function before ``site``."""
+    if depth > 3:
+        return None
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not expr.args \
+            and expr.func.attr.value in ("parameters", "named_parameters"):
+        return expr
+    if isinstance(expr, (cst.ListComp, cst.GeneratorExp)) and expr.for_in.inner_for_in is None:
+        return _parameters_call(facts, expr.for_in.iter, site, depth + 1)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("list", "tuple", "filter") \
+            and expr.args and facts.qualname(expr.func) is None:
+        return _parameters_call(facts, expr.args[-1].value, site, depth + 1)
+    name = dotted_name(expr)
+    if name is not None and isinstance(expr, cst.Name):
+        earlier = [b for b in facts.bindings if b.target == name and b.ctx.function is site.ctx.function
+                   and b.order < site.order and b.kind == "assign" and b.index is None]
+        if earlier:
+            return _parameters_call(facts, earlier[-1].value, site, depth + 1)
+    return None
