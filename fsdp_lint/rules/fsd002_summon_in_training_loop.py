@@ -78,10 +78,11 @@ computing the statistic from the local shards plus one scalar `torch.distributed
                 continue
             loop, call = found
             through = f" (through the call at line {report.row(call.node)})" if call is not None else ""
+            what = "the root module's own parameters" if summon.value("recurse") is False else "all parameters"
             report(
                 summon.node,
                 "`summon_full_params` runs on every iteration of the training loop at line "
-                f"{report.row(loop.node)}{through}: one extra all-gather of all parameters per step; "
+                f"{report.row(loop.node)}{through}: one extra all-gather of {what} per step; "
                 "move it out of the loop, guard it to every N steps (`if step % N == 0:`), or "
                 "compute from the local shards plus an `all_reduce`",
                 statement=summon.site.ctx.statement,
