@@ -37,8 +37,10 @@ _SAME_STORAGE = frozenset(
 _SAME_ELEMENTS = frozenset({"list", "tuple", "dict", "sorted", "reversed", "enumerate", "zip", "iter", "filter", "getattr"})
 
 
-def _root(expr: cst.BaseExpression, names: FrozenSet[str]) -> bool:
-    """``expr`` is (a view of) something reachable from one of ``names``."""
+def _root(expr: cst.BaseExpression, names: FrozenSet[str], helpers: FrozenSet[str] = frozenset()) -> bool:
+    """``expr`` is (a view of) something reachable from one of ``names``; ``helpers``: the
+    file's functions, whose result on such an argument is taken to be part of it
+    (``for n, m in lora_modules(model)``: the submodules)."""
     while True:
         dotted = dotted_name(expr)
         if dotted is not None:
@@ -53,11 +55,13 @@ def _root(expr: cst.BaseExpression, names: FrozenSet[str]) -> bool:
             if isinstance(func, cst.Attribute) and func.attr.value in _SAME_STORAGE:
                 expr = func.value
             elif isinstance(func, cst.Name) and func.value in _SAME_ELEMENTS and expr.args:
-                return any(_root(a.value, names) for a in expr.args if not a.keyword)
+                return any(_root(a.value, names, helpers) for a in expr.args if not a.keyword)
+            elif isinstance(func, cst.Name) and func.value in helpers and expr.args:
+                return any(_root(a.value, names, helpers) for a in expr.args)
             else:
                 return False
         elif isinstance(expr, (cst.Tuple, cst.List)):
-            return any(_root(e.value, names) for e in expr.elements)
+            return any(_root(e.value, names, helpers) for e in expr.elements)
         else:
             return False
 
@@ -84,12 +88,13 @@ def _tainted(facts: ModuleFacts, function, seeds: Iterable[str]) -> FrozenSet[st
     """The seed names plus every name of ``function`` bound from them without a copy."""
     names: Set[str] = set(seeds)
     local = [b for b in facts.bindings if b.ctx.function is function]
+    helpers = frozenset(name for name, infos in facts.functions.items() if any(i.class_def is None for i in infos))
     changed = True
     while changed:
         changed = False
         frozen = frozenset(names)
         for binding in local:
-            if binding.target not in names and _root(_bound_part(binding), frozen):
+            if binding.target not in names and _root(_bound_part(binding), frozen, helpers):
                 names.add(binding.target)
                 changed = True
     return frozenset(names)
