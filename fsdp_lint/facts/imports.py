@@ -9,7 +9,7 @@ assignment) is ambiguous and resolves to nothing: precision first.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -26,6 +26,14 @@ def dotted_name(expr: cst.BaseExpression) -> Optional[str]:
         parts.append(expr.value)
         return ".".join(reversed(parts))
     return None
+
+
+def target_names(target) -> List[str]:
+    """The dotted names an assignment or loop target binds (``(n, p), q``: n, p, q)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in target_names(e.value)]
+    name = dotted_name(target)
+    return [name] if name is not None else []
 
 
 def module_dotted(expr) -> str:

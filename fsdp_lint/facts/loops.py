@@ -16,13 +16,14 @@ of this file called on every step runs its body on every step too.
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Optional, Set, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import calls_of
-from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.imports import dotted_name, target_names
 from fsdp_lint.facts.model import CallSite, Context, Guard, Loop, ModuleFacts
+from fsdp_lint.facts.walk import descendants
 
 
 def per_step_loop(facts: ModuleFacts, ctx: Context) -> Optional[Loop]:
@@ -43,33 +44,18 @@ def _counters(facts: ModuleFacts, loop: Loop) -> Set[str]:
     def compute(_facts):
         found: Set[str] = set()
         if isinstance(loop.node, cst.For):
-            found.update(_names(loop.node.target))
-        stack = list(loop.node.body.children)
-        while stack:
-            node = stack.pop()
+            found.update(target_names(loop.node.target))
+        for node in descendants(loop.node.body):
             if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
                 found.update(filter(None, [dotted_name(node.target)]))
-            stack.extend(node.children)
         return found
     return facts.cached(("loop_counters", id(loop.node)), compute)
 
 
-def _names(target) -> List[str]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _names(e.value)]
-    name = dotted_name(target)
-    return [name] if name is not None else []
-
-
 def _mentions(expr, names: Set[str]) -> bool:
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        dotted = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
-        if dotted is not None and dotted in names:
-            return True
-        stack.extend(node.children)
-    return False
+    return any(
+        isinstance(node, (cst.Name, cst.Attribute)) and dotted_name(node) in names for node in descendants(expr)
+    )
 
 
 def _sparse(facts: ModuleFacts, guard: Guard, loops, ctx: Context, depth: int = 0) -> bool:

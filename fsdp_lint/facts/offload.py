@@ -28,6 +28,7 @@ from fsdp_lint.facts.dataflow import Source, calls_of
 from fsdp_lint.facts.fsdp_modules import FsdpWrap, Origin, fsdp_modules, offload_call, origins, wrap_config
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.values import UNKNOWN
+from fsdp_lint.facts.walk import descendants
 
 CPU_OFFLOAD = "CPUOffload(offload_params=True)"
 OFFLOAD_POLICY = "CPUOffloadPolicy"
@@ -112,9 +113,6 @@ def _argument_nodes(facts: ModuleFacts, own) -> set:
     for wrap in modules.wraps + modules.fsdp2_wraps:
         if id(wrap) in own or wrap.through is not None:
             continue
-        stack = [a.value for a in wrap.site.node.args]
-        while stack:
-            node = stack.pop()
-            found.add(id(node))
-            stack.extend(node.children)
+        for arg in wrap.site.node.args:
+            found.update(id(node) for node in descendants(arg.value))
     return found

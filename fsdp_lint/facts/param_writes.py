@@ -37,6 +37,12 @@ _SAME_STORAGE = frozenset(
 _SAME_ELEMENTS = frozenset({"list", "tuple", "dict", "sorted", "reversed", "enumerate", "zip", "iter", "filter", "getattr"})
 
 
+def under(dotted: str, names: FrozenSet[str]) -> bool:
+    """``dotted`` is one of ``names`` or an attribute path below one (``model.fc.weight``)."""
+    parts = dotted.split(".")
+    return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
+
+
 def _root(expr: cst.BaseExpression, names: FrozenSet[str], helpers: FrozenSet[str] = frozenset()) -> bool:
     """``expr`` is (a view of) something reachable from one of ``names``; ``helpers``: the
     file's functions, whose result on such an argument is taken to be part of it
@@ -44,8 +50,7 @@ def _root(expr: cst.BaseExpression, names: FrozenSet[str], helpers: FrozenSet[st
     while True:
         dotted = dotted_name(expr)
         if dotted is not None:
-            parts = dotted.split(".")
-            return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
+            return under(dotted, names)
         if isinstance(expr, cst.Attribute):
             expr = expr.value
         elif isinstance(expr, cst.Subscript):

@@ -26,9 +26,10 @@ from typing import FrozenSet, Iterable, List, Optional, Set
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import called_functions
-from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.imports import dotted_name, target_names
 from fsdp_lint.facts.model import ModuleFacts, WithBlock
-from fsdp_lint.facts.param_writes import PARAM_ATTRS, param_edits, written
+from fsdp_lint.facts.param_writes import PARAM_ATTRS, param_edits, under, written
+from fsdp_lint.facts.walk import descendants
 
 # results that never share storage with what they were computed from
 _COPY_METHODS = frozenset({"clone", "item", "tolist", "__len__", "numel", "size", "dim", "norm", "sum", "mean", "std",
@@ -83,10 +84,7 @@ def _may_alias(facts: ModuleFacts, expr, names: FrozenSet[str]) -> bool:
     if isinstance(expr, (cst.Name, cst.Attribute)):
         dotted = dotted_name(expr)
         if dotted is not None:
-            parts = dotted.split(".")
-            if any(part in PARAM_ATTRS for part in parts[1:]):
-                return True
-            return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
+            return any(part in PARAM_ATTRS for part in dotted.split(".")[1:]) or under(dotted, names)
         if isinstance(expr, cst.Attribute):
             return expr.attr.value in PARAM_ATTRS or _may_alias(facts, expr.value, names)
         return False
@@ -131,15 +129,6 @@ def _writes_alias(facts: ModuleFacts, node, target, names: FrozenSet[str]) -> bo
     return _may_alias(facts, target, names)
 
 
-def _block_nodes(block: WithBlock) -> List[cst.CSTNode]:
-    found, stack = [], list(block.node.body.children)
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        stack.extend(node.children)
-    return found
-
-
 def _aliases(facts: ModuleFacts, function, seeds: Iterable[str], nodes) -> FrozenSet[str]:
     """The seed names plus every name bound (in ``function``, or by a comprehension or
     ``:=`` in the block) from something that may alias them."""
@@ -147,10 +136,10 @@ def _aliases(facts: ModuleFacts, function, seeds: Iterable[str], nodes) -> Froze
     pairs = [(b.target, b.value) for b in facts.bindings if b.ctx.function is function]
     for node in nodes:
         if isinstance(node, cst.CompFor):
-            for target in _target_names(node.target):
+            for target in target_names(node.target):
                 pairs.append((target, node.iter))
         elif isinstance(node, cst.NamedExpr):
-            for target in _target_names(node.target):
+            for target in target_names(node.target):
                 pairs.append((target, node.value))
     changed = True
     while changed:
@@ -161,13 +150,6 @@ def _aliases(facts: ModuleFacts, function, seeds: Iterable[str], nodes) -> Froze
                 names.add(target)
                 changed = True
     return frozenset(names)
-
-
-def _target_names(target) -> List[str]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    dotted = dotted_name(target)
-    return [dotted] if dotted is not None else []
 
 
 def _reads_only(facts: ModuleFacts, call: cst.Call, names: FrozenSet[str], modules: Set[str]) -> bool:
@@ -199,12 +181,8 @@ def _reaches(facts: ModuleFacts, info, roots: Optional[Set[str]], depth: int) ->
     expression without a name, so any function may reach it."""
     if roots is None or depth >= 3:
         return True
-    stack = list(info.node.body.children)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Name) and node.value in roots:
-            return True
-        stack.extend(node.children)
+    if any(isinstance(node, cst.Name) and node.value in roots for node in descendants(info.node.body)):
+        return True
     for site in facts.calls:
         if site.ctx.function is info.node:
             if any(_reaches(facts, inner, roots, depth + 1) for inner in called_functions(facts, site.node, site.ctx)):
@@ -216,7 +194,7 @@ def may_edit_calls(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optio
     """Why ``block`` may edit the gathered parameters although it shows no edit
     (``param_edits``): the calls, ``yield``s and nested definitions of the module docstring."""
     modules = list(modules)  # None: a module expression that is not a name
-    nodes = _block_nodes(block)
+    nodes = list(descendants(block.node.body))
     found: List[cst.CSTNode] = [
         n for n in nodes if isinstance(n, (cst.Yield, cst.Lambda, cst.FunctionDef, cst.ClassDef))
     ]

@@ -21,6 +21,7 @@ from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.param_writes import param_edits
 from fsdp_lint.facts.read_only_blocks import block_may_edit, may_edit_calls
+from fsdp_lint.facts.walk import descendants
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments, first_positional, literal_bool
 
 
@@ -162,13 +163,7 @@ def summon_blocks(facts: ModuleFacts, ctx) -> List[Tuple[SummonCall, int]]:
 
 
 def _holds_summon(node, summon_ids) -> bool:
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if id(item) in summon_ids:
-            return True
-        stack.extend(item.children)
-    return False
+    return any(id(item) in summon_ids for item in descendants(node))
 
 
 def maybe_in_summon(facts: ModuleFacts, site: CallSite) -> bool:

@@ -77,6 +77,15 @@ def push_children(node: cst.CSTNode, stack: List[object], fields=None) -> None:
     stack.extend(reversed(pending))
 
 
+def descendants(root: cst.CSTNode):
+    """``root`` and every node below it (the fields ``push_children`` reads), in pre-order."""
+    stack: List[object] = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        push_children(node, stack)
+
+
 def walk(root: cst.CSTNode, handlers: Dict[type, Callable[[cst.CSTNode, List[object]], None]]) -> None:
     """Pre-order walk; a handler for a node's type schedules that node's children itself."""
     stack: List[object] = [root]
