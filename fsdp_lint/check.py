@@ -18,7 +18,7 @@ from typing import Deque, Dict, List, Optional, Sequence, Type
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
 from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, error_diagnostic, lint_text, wanted_rules
+from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, error_diagnostic, gate_on, lint_text, wanted_rules
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.rules import for_target, select_rules
@@ -158,7 +158,7 @@ def write_fixes(source: SourceFile, report: FileReport, settings: Settings) -> N
 def _lint_cached(source: SourceFile, rules, cache: Optional[Cache]) -> List[Diagnostic]:
     if cache is None or not wanted_rules(source.text, rules):
         return lint_text(source.text, source.path, rules).diagnostics
-    key = cache.key(source.raw, [rule.cache_tag() for rule in rules])
+    key = cache.key(source.raw, _cache_tags(rules))
     hit = cache.get(key, source.path)
     if hit is not None:
         return hit
@@ -171,7 +171,13 @@ def _lint_cached(source: SourceFile, rules, cache: Optional[Cache]) -> List[Diag
 def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
     if settings.cache is None or settings.fix or settings.diff:
         return None
-    return settings.cache.key(source.raw, [rule.cache_tag() for rule in rules])
+    return settings.cache.key(source.raw, _cache_tags(rules))
+
+
+def _cache_tags(rules) -> List[str]:
+    """What a cached answer depends on besides the bytes: the rules (with their target
+    torch version), and whether the gate ran (an answer with the gate off is kept apart)."""
+    return [rule.cache_tag() for rule in rules] + ([] if gate_on() else ["gate-off"])
 
 
 def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True) -> Optional[FileReport]:
@@ -188,7 +194,7 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
         hit = settings.cache.get(key, source.path)
         if hit is not None:
             return FileReport(source.path, hit)
-    if not ast_stage:
+    if not ast_stage or not gate_on():
         return None
     if not confirmed_live_rules(source.text, wanted):
         if key is not None:

@@ -40,6 +40,16 @@ REPORT_URL = "https://github.com/fsdp-lint/fsdp-lint/issues"
 # parses every file whole; FSDP_LINT_SLICE=all slices files of any size (tests and
 # benchmarks only).
 _SLICE_MODE = os.environ.get("FSDP_LINT_SLICE", "on")
+# The gate in front of libcst (text markers, the ``ast`` screen, slicing) only ever skips
+# work that could not change a finding.  FSDP_LINT_GATE=0 (or off/false/no) turns the
+# whole gate off: every selected rule's full analysis runs on every whole file.  Slower,
+# never different; ``tests/test_gate.py`` compares the two through the command line.
+GATE_ENV = "FSDP_LINT_GATE"
+
+
+def gate_on() -> bool:
+    """Whether the gate runs (read on every call: the switch holds in workers and tests)."""
+    return os.environ.get(GATE_ENV, "on").strip().lower() not in ("0", "off", "false", "no")
 
 
 @dataclass
@@ -98,7 +108,10 @@ def _factored(strings: List[str], width: int = 10) -> Tuple[Tuple[str, Tuple[str
 
 def wanted_rules(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
     """Stage 1: the rules whose text markers all occur in the file (most files contain
-    none of the gate's strings and are settled by them alone)."""
+    none of the gate's strings and are settled by them alone).  Every rule with the gate
+    off (``gate_on``)."""
+    if not gate_on():
+        return list(rules)
     gate = _gate(rules)
     if gate is not None and not any(key in text and any(m in text for m in group) for key, group in gate):
         return []
@@ -252,15 +265,17 @@ def lint_text_sliced(
     """``lint_text`` with the slicing threshold given: texts of at least ``slice_from``
     characters are sliced, None parses every text whole (the tests compare both)."""
     result = LintResult()
+    gated = gate_on()
     active = wanted_rules(text, rules)
     if not active:
         return result
-    tree = parse(text)
-    active, sites = live_rules_and_sites(tree, active)
-    if not active:
-        return result  # no selected rule can report anything here: libcst is not needed
+    if gated:
+        tree = parse(text)
+        active, sites = live_rules_and_sites(tree, active)
+        if not active:
+            return result  # no selected rule can report anything here: libcst is not needed
     piece = None
-    if slice_from is not None and len(text) >= slice_from:
+    if gated and slice_from is not None and len(text) >= slice_from:
         piece = slice_text(text, active, slice_from, 1.0 if slice_from == 0 else MAX_SHARE, tree, sites)
     module, error = _parse(text if piece is None else piece.text, filename, parser)
     if error is not None and piece is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import fsdp_lint.screen as screen
-from fsdp_lint.engine import lint_text_sliced
+from fsdp_lint.engine import GATE_ENV, lint_text_sliced
 from fsdp_lint.rules import ALL_RULES
 from tests.helpers import fixture_rules
 
@@ -24,8 +24,10 @@ def _seen(diagnostics):
 
 
 def _unscreened(monkeypatch, text, name, rules=ALL_RULES):
+    """Every rule's full analysis on the whole text: the gate turned off by its switch
+    (``FSDP_LINT_GATE=0``, read by the engine on every call)."""
     with monkeypatch.context() as patch:
-        patch.setattr(screen, "live_rules", lambda tree, rules: list(rules))
+        patch.setenv(GATE_ENV, "0")
         return lint_text_sliced(text, name, rules, None).diagnostics
 
 
@@ -322,102 +324,13 @@ def test_a_name_only_in_annotations_is_left_to_the_compiler():
         assert screen.Summary(screen.parse(text)).confirms(rules, text) == ast_confirms(text, rules), text
 
 
-# Generated modules: FSDP snippets, rank tests of every shape the facts read, helpers and
-# aliases, spread over functions, methods and module level.  The screen (and the slice built
-# from its sites) must change nothing.
+# Generated modules (tests/generated_modules.py), drawn by hypothesis.
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-_HEADERS = [
-    "import functools", "import os", "import torch", "import torch.distributed as dist",
-    "from torch.distributed import barrier as sync",
-    "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, CPUOffload",
-    "from torch.distributed.fsdp import fully_shard",
-    "from torch.distributed.checkpoint.state_dict import get_model_state_dict",
-    "from accelerate import Accelerator",
-    "from lightning.pytorch.utilities import rank_zero_only",
-]
-_GLOBALS = [
-    "RANK0 = dist.get_rank() == 0", "LOCAL = int(os.environ['LOCAL_RANK'])",
-    "WRAP = functools.partial(FSDP, use_orig_params=False)", "OFF = CPUOffload(offload_params=True)",
-    "CFG = {'device_id': torch.device('cpu')}", "acc = Accelerator()", "Sharded = FSDP",
-    "if not RANK0:\n    raise SystemExit",
-]
-_HELPERS = [
-    "def is_main():\n    return dist.get_rank() == 0\n",
-    "def build(m):\n    return torch.optim.SGD(m.parameters(), lr=0.1)\n",
-    "def shard(m, **kw):\n    return FSDP(m, **kw)\n",
-    "def same(x):\n    return x\n",
-    "def save(m: FSDP):\n    if RANK0:\n        return m.state_dict()\n",
-    "def step(model, loader, opt):\n    for batch in loader:\n        main_step(model)\n        opt.step()\n",
-    "def main_step(model):\n    with FSDP.summon_full_params(model):\n        pass\n",
-]
-_STATEMENTS = [
-    "model = FSDP(net)", "model = WRAP(net)", "fully_shard(model)", "model = shard(net, cpu_offload=OFF)",
-    "model = FSDP(net, **CFG)", "model = FSDP(net, use_orig_params=False)",
-    "opt = torch.optim.AdamW(model.parameters())", "opt = build(model)", "opt.step()", "loss.backward()",
-    "sd = model.state_dict()", "dist.barrier()", "sync()", "get_model_state_dict(model)", "acc.wait_for_everyone()",
-    "torch.save(model.state_dict(), 'm.pt')", "model.to(torch.bfloat16)", "model.half()", "model.cuda()",
-    "out = model.generate(x)", "norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)", "print(norm.item())",
-    "dist.init_process_group('nccl')", "FSDP.summon_full_params(model)", "flag = same(RANK0)",
-    "model.save_pretrained('out')", "acc.save_model(model, 'out')", "self.model = FSDP(net)",
-    "self.model.state_dict()", "self.model.generate(x)", "model = Sharded(net)", "save(model)",
-    "self.opt = torch.optim.SGD(self.model.parameters())", "self.model.half()",
-    "model = FSDP(model, use_orig_params=False)", "model = FSDP(model, cpu_offload=OFF)",
-    "opt = torch.optim.SGD(model.parameters())\nfully_shard(model)\nopt.step()",
-    "opt = torch.optim.SGD(model.parameters())\nmodel = WRAP(model)\nopt.step()",
-    "fully_shard(model)\nnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nprint(norm.item())",
-    "model = FSDP(model, cpu_offload=OFF)\nmodel.cuda()",
-]
-_TESTS = [
-    "dist.get_rank() == 0", "RANK0", "is_main()", "acc.is_main_process", "flag", "LOCAL in (-1, 0)",
-    "not RANK0", "step % 10 == 0", "x is None",
-]
+from tests.generated_modules import generate  # noqa: E402
 
-
-@st.composite
-def _block_lines(draw, indent):
-    lines = []
-    for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(["plain", "plain", "if", "with", "exit", "loop"]))
-        statement = draw(st.sampled_from(_STATEMENTS))
-        test = draw(st.sampled_from(_TESTS))
-        inner = statement.replace("\n", "\n" + indent + "    ")
-        statement = statement.replace("\n", "\n" + indent)
-        if kind == "plain":
-            lines.append(indent + statement)
-        elif kind == "if":
-            lines += [f"{indent}if {test}:", f"{indent}    {inner}"]
-        elif kind == "with":
-            arg = draw(st.sampled_from(["", ", offload_to_cpu=True", ", rank0_only=True", ", with_grads=True"]))
-            lines += [f"{indent}with FSDP.summon_full_params(model{arg}):", f"{indent}    {inner}"]
-        elif kind == "exit":
-            lines += [f"{indent}if not ({test}):", f"{indent}    return", indent + statement]
-        else:
-            lines += [f"{indent}for batch in loader:", f"{indent}    {inner}"]
-    return lines
-
-
-@st.composite
-def _generated(draw):
-    lines = draw(st.lists(st.sampled_from(_HEADERS), min_size=2, max_size=8, unique=True))
-    lines += draw(st.lists(st.sampled_from(_GLOBALS), max_size=4, unique=True))
-    lines += draw(st.lists(st.sampled_from(_HELPERS), max_size=3, unique=True))
-    for index in range(draw(st.integers(1, 4))):
-        where = draw(st.sampled_from(["function", "decorated", "method", "module"]))
-        if where == "module":
-            lines += draw(_block_lines(""))
-        elif where == "method":
-            lines += [f"class Runner{index}:", "    def run(self, net, loader, x, loss, step):"]
-            lines += draw(_block_lines("        "))
-            lines += ["    def later(self, net, loader, x, loss, step):"]
-            lines += draw(_block_lines("        "))
-        else:
-            if where == "decorated":
-                lines.append("@rank_zero_only")
-            lines.append(f"def f{index}(net, model, loader, x, loss, step, flag=False, self=None):")
-            lines += draw(_block_lines("    "))
-    return "\n".join(lines) + "\n"
+_generated = lambda: st.randoms(use_true_random=False).map(generate)  # noqa: E731
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -235,27 +235,38 @@ def test_helper_taking_the_model_as_a_parameter_is_kept():
 
 
 def _without_sites(monkeypatch):
-    import fsdp_lint.screen as screen
+    """The screen's verdicts without its sites, patched where the engine looks the
+    function up (its own module's binding)."""
+    import fsdp_lint.engine as engine
 
-    real = screen.live_rules_and_sites
-    monkeypatch.setattr(screen, "live_rules_and_sites", lambda tree, rules: (real(tree, rules)[0], None))
+    real = engine.live_rules_and_sites
+    calls = []
+
+    def without(tree, rules):
+        calls.append(tree)
+        return real(tree, rules)[0], None
+
+    monkeypatch.setattr(engine, "live_rules_and_sites", without)
+    return calls
 
 
 @pytest.mark.parametrize("path", FIRING, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
 def test_closure_without_sites_same(path, monkeypatch):
     """The closure alone (seeds from the rules' marker groups and API names, no sites from
     the screen) still keeps what the facts need."""
-    _without_sites(monkeypatch)
+    calls = _without_sites(monkeypatch)
     text = path.read_text()
     if not text.endswith("\n"):
         text += "\n"
     _same_both_ways(text + "".join(_FILLER.format(index=i) for i in range(12)), path.name)
+    assert calls, "the engine did not ask the patched screen: the test would compare nothing"
 
 
 @pytest.mark.parametrize("before,after", [(0, 40), (25, 25)])
 def test_large_module_same_without_sites(before, after, monkeypatch):
-    _without_sites(monkeypatch)
+    calls = _without_sites(monkeypatch)
     _same_both_ways(_large_test_module(before, after))
+    assert calls
 
 
 def test_slicing_is_on_by_default_for_large_files():
