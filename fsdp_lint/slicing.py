@@ -507,6 +507,8 @@ def vocabulary_for(rules: Sequence[type]) -> Tuple[Set[str], Tuple[str, ...]]:
         if rule.markers:
             markers.update(seed_group(rule))
     identifiers = set(_API_NAMES)
+    for rule in rules:
+        identifiers.update(rule.seed_names)
     for marker in markers:
         if "." not in marker:  # ``torch.distributed.fsdp``: imports, kept anyway
             identifiers.update(_IDENTIFIER.findall(marker))

@@ -22,7 +22,9 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, Context, ModuleFacts
-from fsdp_lint.facts.scopes import argument_for, function_info, lookup, methods_of, module_functions
+from fsdp_lint.facts.scopes import (
+    argument_for, calls_by_callee_name, function_info, lookup, methods_of, module_functions,
+)
 from fsdp_lint.facts.values import literal_string
 
 MAX_DEPTH = 8
@@ -123,21 +125,8 @@ def calls_of(facts: ModuleFacts, function) -> List[cst.Call]:
     return facts.cached(("calls_of", id(info.node)), lambda f: _calls_of(f, info))
 
 
-def _calls_by_callee_name(facts: ModuleFacts) -> Dict[Tuple[bool, str], list]:
-    """The file's call sites by (called through an attribute?, last name): ``f(...)`` under
-    ``(False, "f")``, ``x.f(...)`` under ``(True, "f")``, in file order."""
-    found: Dict[Tuple[bool, str], list] = {}
-    for site in facts.calls:
-        func = site.node.func
-        if isinstance(func, cst.Name):
-            found.setdefault((False, func.value), []).append(site)
-        elif isinstance(func, cst.Attribute):
-            found.setdefault((True, func.attr.value), []).append(site)
-    return found
-
-
 def _calls_of(facts: ModuleFacts, info) -> List[cst.Call]:
-    by_name = facts.cached("calls_by_callee_name", _calls_by_callee_name)
+    by_name = calls_by_callee_name(facts)
     if info.class_def is None:
         return [site.node for site in by_name.get((False, info.name), ())]
     found = []

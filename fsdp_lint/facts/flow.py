@@ -43,7 +43,7 @@ def can_follow(first: Context, first_order: int, then: Context, then_order: int)
     return not exclusive(first, then)
 
 
-def _on_every_path(binding: Binding, use: Context) -> bool:
+def on_every_path(binding: Binding, use: Context) -> bool:
     """The binding runs whenever the use runs: its ifs and loops enclose the use too."""
     use_arms = {(id(g.node), g.branch) for g in use.guards}
     if any((id(g.node), g.branch) not in use_arms for g in binding.ctx.guards):
@@ -61,6 +61,6 @@ def reaching(bindings: List[Binding], use: Context, order: int) -> List[Binding]
         if binding.order >= order or exclusive(binding.ctx, use):
             continue
         found.append(binding)
-        if _on_every_path(binding, use):
+        if on_every_path(binding, use):
             break
     return found

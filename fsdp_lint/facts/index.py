@@ -191,7 +191,7 @@ class _Indexer:
             self.imports.add_local_definition(node.name.value)
         frame = self.frames[-1]
         method_of = frame.class_def if frame.function is None else None
-        self.facts.functions.setdefault(node.name.value, []).append(FunctionInfo(node, method_of))
+        self.facts.functions.setdefault(node.name.value, []).append(FunctionInfo(node, method_of, frame.function))
         params = node.params
         outside = [d.decorator for d in node.decorators]
         for param in (*params.posonly_params, *params.params, *params.kwonly_params):
@@ -217,8 +217,9 @@ class _Indexer:
         stack.extend(reversed(outside))
 
     def on_for(self, node: cst.For, stack) -> None:
-        self._bind_targets(node.target, node.iter, "for")
-        self._loop(node, stack, [node.target, node.iter], node.body, node.orelse)
+        # the iterable runs first, then the target is bound (inside the loop's context)
+        self._loop(node, stack, [node.iter, Exit(lambda: self._bind_targets(node.target, node.iter, "for")), node.target],
+                   node.body, node.orelse)
 
     def on_while(self, node: cst.While, stack) -> None:
         self._loop(node, stack, [node.test], node.body, node.orelse)
@@ -273,9 +274,11 @@ class _Indexer:
     def on_with(self, node: cst.With, stack) -> None:
         self._enter_statement(node, stack)
         block = WithBlock(node)
+        items = []
         for item in node.items:
-            if item.asname is not None:
-                self._bind_targets(item.asname.name, item.item, "with")
+            items.append(item)
+            if item.asname is not None:  # bound once the item's expression has run
+                items.append(Exit(lambda item=item: self._bind_targets(item.asname.name, item.item, "with")))
             if isinstance(item.item, cst.Call):
                 self.with_items[id(item.item)] = block
             elif isinstance(item.item, cst.IfExp):
@@ -286,7 +289,7 @@ class _Indexer:
         stack.append(Exit(lambda: self._update(withs=self.frames[-1].withs[:-1])))
         stack.append(node.body)
         stack.append(Exit(lambda: self._update(withs=self.frames[-1].withs + (block,))))
-        stack.extend(reversed(node.items))
+        stack.extend(reversed(items))
 
     # -- calls, bindings, mutations ------------------------------------------------------
     def on_expr(self, node: cst.Expr, stack) -> None:
@@ -303,6 +306,7 @@ class _Indexer:
             bare=id(node) in self.bare_calls,
         )
         self.facts.calls.append(site)
+        stack.append(Exit(lambda: setattr(site, "done", self.order)))
         attr = site.attr
         if attr in STEP_ATTRS and isinstance(node.func, cst.Attribute):
             loops = self.frames[-1].loops
@@ -361,18 +365,21 @@ class _Indexer:
                 self.imports.add_local_definition(name)
 
     def on_assign(self, node: cst.Assign, stack) -> None:
-        for target in node.targets:
-            if isinstance(target.target, (cst.Tuple, cst.List)):
-                for index, element in enumerate(target.target.elements):
-                    if not isinstance(element.value, cst.StarredElement):
-                        self._bind(element.value, node.value, index)
-                continue
-            self._bind(target.target, node.value)
+        def bind() -> None:  # the right side runs first, then the targets are bound
+            for target in node.targets:
+                if isinstance(target.target, (cst.Tuple, cst.List)):
+                    for index, element in enumerate(target.target.elements):
+                        if not isinstance(element.value, cst.StarredElement):
+                            self._bind(element.value, node.value, index)
+                    continue
+                self._bind(target.target, node.value)
+
+        stack.append(Exit(bind))
         push_children(node, stack)
 
     def on_ann_assign(self, node: cst.AnnAssign, stack) -> None:
         if node.value is not None:
-            self._bind(node.target, node.value)
+            stack.append(Exit(lambda: self._bind(node.target, node.value)))
         name = dotted_name(node.target)
         if name is not None:
             self.facts.annotated.setdefault(name, []).append(node.annotation.annotation)

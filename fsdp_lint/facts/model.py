@@ -58,9 +58,12 @@ class Context:
 class CallSite:
     node: cst.Call
     ctx: Context
-    order: int  # position in source order, across calls and bindings
+    order: int  # when the call starts: position in evaluation order, across calls and bindings
     entered_by: Optional[WithBlock] = None  # the with-statement whose item is this call
     bare: bool = False  # the whole expression statement is this call (result discarded)
+    # when the call returns: the last order given inside it (its arguments run first), so
+    # ``FSDP(model.bfloat16())`` casts before it wraps: the cast's order <= the wrap's ``done``
+    done: int = 0
 
     @property
     def attr(self) -> Optional[str]:
@@ -86,7 +89,8 @@ class Mutation:
 class Binding:
     """``target = value`` (target a dotted name: ``model``, ``self.model``).
 
-    ``kind``: "assign"; "for" (``for target in value``: one element of the iterable);
+    ``order`` follows every call of ``value`` (the right side runs before the target is
+    bound: in ``model = FSDP(model)`` the argument is the earlier ``model``).  ``kind``: "assign"; "for" (``for target in value``: one element of the iterable);
     "with" (``with value as target``).  ``index``: the position of the target in a tuple
     target (``model, opt = value``), None for a plain target."""
 
@@ -104,6 +108,7 @@ class FunctionInfo:
 
     node: cst.FunctionDef
     class_def: Optional[cst.ClassDef]
+    parent: Optional[cst.FunctionDef] = None  # the function this ``def`` stands in (a nested def)
 
     @property
     def name(self) -> str:

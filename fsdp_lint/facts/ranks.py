@@ -10,6 +10,17 @@ restricts its body.  A name or attribute assigned a rank test (``is_main = rank 
 ``self.is_main = ...``) and a call of a function of this file that returns one are rank
 tests too.  ``if rank != 0: return`` makes the rest of its block one-rank code (the
 traversal records it as the ``if``'s else branch).
+
+A *single-process branch* runs only when the program was not launched distributed: the
+``else`` of ``if "LOCAL_RANK" in os.environ:``, of ``if dist.is_initialized():``, of
+``if world_size > 1:``, of ``if args.distributed:`` / ``if use_fsdp or use_ddp:``.  There
+is one process, so nothing there runs on every rank.
+
+Whether code may run on some ranks only (``restricted_to_some_ranks``) is wider: any
+``if`` whose test is a rank test (either branch) or names a rank (``RANK_WORD``:
+``if my_rank == 0``, ``if args.rank_zero``), a single-process branch, or a one-rank
+decorator.  Rules that flag what runs on *every* rank ask this one, so that every doubt
+keeps them quiet; rules that flag what runs on *one* rank ask ``rank_guard``.
 """
 
 from __future__ import annotations
@@ -40,6 +51,21 @@ MAIN_FLAGS = frozenset(
 ONE_RANK_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_local_main_process", "master_only", "main_process_only"})
 RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank", "get_process_index"})
 RANK_ENV = re.compile(r"^(LOCAL_|GLOBAL_|NODE_)?RANK$")
+# an identifier that names a rank or the main process (a test or a path built from it may
+# differ between ranks): ``rank``, ``my_rank``, ``local_rank_zero``, ``is_main_process``
+RANK_WORD = re.compile(
+    r"(^|_)(rank|ranks|rank0|process_index|local_process_index|is_main_process|is_local_main_process|is_global_zero|"
+    r"is_world_process_zero|is_local_process_zero|is_rank_zero|is_master|is_main|main_process|master_process|"
+    r"should_save|rank_zero_only|master|is_local_master|global_zero|process_zero)($|_)",
+    re.I,
+)
+# environment variables torchrun (and the other launchers) set in every process it starts
+LAUNCHER_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+# ``dist.is_initialized()``: true only in a distributed run
+DISTRIBUTED_CALLS = frozenset({"is_initialized", "is_distributed"})
+# a flag or setting that says the run is distributed: ``args.distributed``, ``use_fsdp``
+DISTRIBUTED_FLAG = re.compile(r"^(use_|is_|enable_|with_)?(distributed|fsdp|ddp|multi_gpu|multigpu|dist)$", re.I)
+WORLD_SIZE_NAME = re.compile(r"^_*(world_size|num_processes|n_gpus|num_gpus|ngpus)$", re.I)
 _FLIP = {"body": "orelse", "orelse": "body"}
 MAX_DEPTH = 4
 
@@ -171,3 +197,91 @@ def rank_guard(facts: ModuleFacts, ctx: Context, min_with_depth: int = 0):
             if _last(name) in ONE_RANK_DECORATORS:
                 return decorator
     return None
+
+
+def _identifiers(node):
+    """Every Name and Attribute identifier in an expression (no strings, no comments)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, cst.Name):
+            yield item.value
+        elif isinstance(item, cst.Attribute):
+            yield item.attr.value
+        stack.extend(item.children)
+
+
+def mentions_rank(node) -> bool:
+    """Some identifier of ``node`` names a rank or the main process (``RANK_WORD``), or
+    some part of it reads the rank (``os.environ["LOCAL_RANK"]``, ``dist.get_rank()``)."""
+    if any(RANK_WORD.search(name) for name in _identifiers(node)):
+        return True
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (cst.Call, cst.Subscript)) and _is_rank_value(item):
+            return True
+        stack.extend(item.children)
+    return False
+
+
+def _distributed_test(test: cst.BaseExpression) -> Optional[bool]:
+    """True: ``test`` holds only in a distributed run; False: only in a single process;
+    None: neither is known."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _distributed_test(test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        sides = (_distributed_test(test.left), _distributed_test(test.right))
+        if sides[0] is None or sides[1] is None or sides[0] != sides[1]:
+            return None
+        return sides[0]  # ``use_fsdp or use_ddp``; ``dist.is_available() and dist.is_initialized()`` below
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        op, left, right = target.operator, test.left, target.comparator
+        key = literal_string(left)
+        if key in LAUNCHER_ENV and dotted_name(right) in ("os.environ", "environ"):
+            return isinstance(op, cst.In) if isinstance(op, (cst.In, cst.NotIn)) else None
+        if WORLD_SIZE_NAME.match(_last(dotted_name(left))) or (
+            isinstance(left, cst.Call) and _last(dotted_name(left.func)) in ("get_world_size", "device_count")
+        ):
+            value = _integer(right)
+            if value == 1 and isinstance(op, (cst.GreaterThan, cst.NotEqual)):
+                return True
+            if value == 1 and isinstance(op, (cst.Equal, cst.LessThanEqual)):
+                return False
+        return None
+    if isinstance(test, cst.Call):
+        name = _last(dotted_name(test.func))
+        if name in DISTRIBUTED_CALLS:
+            return True
+        if name == "is_available":
+            return True  # ``dist.is_available() and dist.is_initialized()``: decided by the other side
+        return None
+    dotted = dotted_name(test)
+    if dotted is not None and DISTRIBUTED_FLAG.match(_last(dotted)):
+        return True
+    return None
+
+
+def single_process_branch(test: cst.BaseExpression) -> Optional[str]:
+    """'body' or 'orelse': the branch of ``if test`` that runs only when the program is not
+    distributed (one process); None when ``test`` does not ask."""
+    if isinstance(test, cst.Call) and _last(dotted_name(test.func)) == "is_available":
+        return None  # alone, ``dist.is_available()`` says nothing about this run
+    answer = _distributed_test(test)
+    if answer is None:
+        return None
+    return "orelse" if answer else "body"
+
+
+def restricted_to_some_ranks(facts: ModuleFacts, ctx: Context) -> bool:
+    """Code at ``ctx`` may run on some ranks only, or in a single process (the module
+    docstring): every doubt answers yes."""
+    for guard in ctx.guards:
+        test = guard.node.test
+        if one_rank_branch(test, facts, ctx, guard.order) is not None or mentions_rank(test):
+            return True
+        if single_process_branch(test) == guard.branch:
+            return True
+    return rank_guard(facts, ctx) is not None

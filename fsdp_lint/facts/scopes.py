@@ -3,8 +3,11 @@
 - a plain name inside a function: the function's own bindings that reach the use
   (``facts.flow.reaching``); if the function binds it nowhere and it is not a parameter,
   the module's bindings (a global);
-- ``self.<attr>`` inside a method: every binding of ``self.<attr>`` in the methods of
-  the same class (any of them may have run before);
+- ``self.<attr>`` inside a method: the method's own bindings that reach the use, the
+  bindings in a ``def`` nested in it where that ``def`` is called before the use (its body
+  runs there, not where it is written), and every binding in the class's other methods
+  (any of them may have run before), unless the method's own binding overwrites them on
+  every path to the use;
 - a name at module level: the module's reaching bindings.
 A function parameter has no binding here: its value comes from the caller (``Scope.param``).
 """
@@ -14,8 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from fsdp_lint.facts.flow import reaching
-from fsdp_lint.facts.model import Binding, Context, FunctionInfo, ModuleFacts
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts.flow import exclusive, on_every_path, reaching
+from fsdp_lint.facts.model import Binding, CallSite, Context, FunctionInfo, ModuleFacts
 
 
 @dataclass
@@ -48,13 +53,17 @@ def lookup(facts: ModuleFacts, dotted: str, ctx: Context, order: int, extra=()) 
     candidates = bindings_of(facts, dotted) + list(extra)
     head = dotted.split(".", 1)[0]
     if head == "self" and "." in dotted and ctx.class_def is not None:
-        return Lookup([b for b in candidates if b.ctx.class_def is ctx.class_def])
+        return Lookup(_attribute_bindings(facts, [b for b in candidates if b.ctx.class_def is ctx.class_def], ctx, order))
     if ctx.function is not None:
         local = [b for b in candidates if b.ctx.function is ctx.function]
-        if local:
-            return Lookup(reaching(local, ctx, order))
         info = function_info(facts, ctx.function)
-        if info is not None and head in info.param_names + ((info.star_kwargs,) if info.star_kwargs else ()):
+        is_param = info is not None and head in info.param_names + ((info.star_kwargs,) if info.star_kwargs else ())
+        if local:
+            seen = reaching(local, ctx, order)
+            if seen or not is_param or head != dotted:
+                return Lookup(seen)
+            return Lookup([], param=head)  # a parameter used before the function rebinds it
+        if is_param:
             return Lookup([], param=head if head == dotted else None)
         if any(b.ctx.function is ctx.function for b in bindings_of(facts, head)):
             return Lookup([])  # ``x.attr`` of a local ``x``: not seen
@@ -96,3 +105,85 @@ def argument_for(call, info: FunctionInfo, param: str) -> Tuple[bool, Optional[o
         if p.name.value == param:
             return True, p.default
     return True, None
+
+
+def _attribute_bindings(facts: ModuleFacts, bindings: List[Binding], ctx: Context, order: int) -> List[Binding]:
+    """Of a class's bindings of one ``self.<attr>``, those a use in a method may see (the
+    module docstring's rule)."""
+    if ctx.function is None:
+        return bindings
+    own = reaching([b for b in bindings if b.ctx.function is ctx.function], ctx, order)
+    if any(on_every_path(b, ctx) for b in own):
+        return own
+    found = list(own)
+    for binding in bindings:
+        if binding.ctx.function is ctx.function:
+            continue
+        places = runs_in(facts, binding.ctx, ctx.function)
+        if places is None:
+            found.append(binding)  # another method: it may have run before
+        elif any(done < order and not exclusive(place, ctx) for place, done in places):
+            found.append(binding)
+    return found
+
+
+def calls_by_callee_name(facts: ModuleFacts) -> Dict[Tuple[bool, str], List[CallSite]]:
+    """The file's call sites by (called through an attribute?, last name): ``f(...)`` under
+    ``(False, "f")``, ``x.f(...)`` under ``(True, "f")``, in file order."""
+    return facts.cached("calls_by_callee_name", _calls_by_callee_name)
+
+
+def _calls_by_callee_name(facts: ModuleFacts) -> Dict[Tuple[bool, str], List[CallSite]]:
+    found: Dict[Tuple[bool, str], List[CallSite]] = {}
+    for site in facts.calls:
+        func = site.node.func
+        if isinstance(func, cst.Name):
+            found.setdefault((False, func.value), []).append(site)
+        elif isinstance(func, cst.Attribute):
+            found.setdefault((True, func.attr.value), []).append(site)
+    return found
+
+
+def runs_in(facts: ModuleFacts, where: Context, function) -> Optional[List[Tuple[Context, int]]]:
+    """Where code at ``where`` runs inside ``function``, when ``where`` is the body of a
+    ``def`` nested in ``function`` (at any depth): the places (context, order when it has
+    returned) of the calls of that ``def`` by name in the function it stands in, lifted
+    the same way; [] when it is never called there (its body does not run in
+    ``function``, as far as the file shows).  None when ``where`` is not nested in
+    ``function`` (another method, module level, or ``function`` itself)."""
+    inner = where.function
+    if inner is None or inner is function:
+        return None
+    chain = []
+    info = function_info(facts, inner)
+    while info is not None and info.parent is not None and info.node is not function:
+        chain.append(info)
+        if info.parent is function:
+            break
+        info = function_info(facts, info.parent)
+    if not chain or chain[-1].parent is not function:
+        return None
+    places: List[Tuple[Context, int]] = [(where, 0)]
+    for info in chain:
+        places = [
+            (site.ctx, site.done)
+            for site in calls_by_callee_name(facts).get((False, info.name), ())
+            if site.ctx.function is info.parent
+        ]
+        if not places:
+            return []
+    return places
+
+
+def runs_before(facts: ModuleFacts, first: Context, first_done: int, then: Context, then_order: int) -> bool:
+    """Code at ``first`` (returning at order ``first_done``) has run when ``then`` starts,
+    in one call of ``then``'s function: it comes earlier in evaluation order (a call's
+    arguments before the call) and not in an arm exclusive with ``then``; code in a ``def``
+    nested in that function counts where the ``def`` is called.  Code of another function
+    may have run before (True: nothing is known)."""
+    if first.function is then.function:
+        return first_done < then_order and not exclusive(first, then)
+    places = runs_in(facts, first, then.function)
+    if places is None:
+        return True
+    return any(done < then_order and not exclusive(place, then) for place, done in places)

@@ -7,6 +7,8 @@ Every rule lives in its own module under ``fsdp_lint/rules/`` and carries:
   rule's examples, and the test suite checks they behave as documented;
 - ``markers``: a text pre-filter; a file is parsed for this rule only when, for every
   group, it contains at least one of the group's strings;
+- ``seed_names``: identifiers that make a statement a seed of the slice (``slicing``)
+  besides the markers;
 - ``marker_needs``: a first-group marker that counts only when a pattern also matches
   the text (``save_model`` gathers only where the file configures FSDP): what the rule's
   facts need besides the name, so a file without it could not be flagged for it;
@@ -97,6 +99,9 @@ class Rule:
     fix_availability: ClassVar[str] = FIX_NEVER
     markers: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
     marker_needs: ClassVar[Dict[str, "re.Pattern[str]"]] = {}
+    # identifiers that make a statement hold one of the rule's sites for the slice of a large
+    # file, besides its markers (FSD104: every ``torch.distributed`` collective)
+    seed_names: ClassVar[FrozenSet[str]] = frozenset()
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}
     paths_on_by_default: ClassVar[FrozenSet[str]] = frozenset()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from fsdp_lint.facts.collectives import Collective, balanced, torch_collective
+from fsdp_lint.facts.collectives import DIST_COLLECTIVES, Collective, balanced, torch_collective
 from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -33,6 +33,7 @@ class CollectiveOnOneRank(Rule):
     # accelerate's and transformers' saving calls gather only where the file configures FSDP,
     # torch's ``get_state_dict`` comes from ``torch.distributed.checkpoint``; a Fabric call
     # names its method (``lightning.fabric`` in an import is no call)
+    seed_names = DIST_COLLECTIVES
     marker_needs = {
         **dict.fromkeys(("save_model", "save_state", "load_state"), SHOWS_FSDP_TEXT),
         "get_state_dict": re.compile(f"{SHOWS_FSDP_TEXT.pattern}|checkpoint"),

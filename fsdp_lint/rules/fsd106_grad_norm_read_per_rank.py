@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.ranks import rank_guard
+from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks
 from fsdp_lint.facts.values import bind_arguments
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
@@ -32,18 +31,10 @@ GATHERS = frozenset({"full_tensor", "redistribute"})
 TOTAL_NORM_READS_FIXED = frozenset({".item()", "float(...)", "int(...)", ".to_local()"})
 
 
-# words of a rank test: a read in a statement or under an ``if`` that names one may run on
-# some ranks only, where ``.full_tensor()`` (a collective) would hang
-_RANK_WORDS = re.compile(r"rank|main_process|is_master|global_zero|process_zero|process_index|is_main|should_save|master")
-
-
 def _maybe_on_some_ranks(facts, site) -> bool:
-    if rank_guard(facts, site.ctx) is not None:
-        return True
-    code = facts.module.code_for_node
-    return any(_RANK_WORDS.search(code(g.node.test)) for g in site.ctx.guards) or bool(
-        _RANK_WORDS.search(code(site.ctx.statement))
-    )
+    """A read under an ``if`` that may restrict it to some ranks, or in a statement that
+    names a rank, where ``.full_tensor()`` (a collective) would hang (``facts.ranks``)."""
+    return restricted_to_some_ranks(facts, site.ctx) or mentions_rank(site.ctx.statement)
 
 
 class GradNormReadPerRank(Rule):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.rebinding import rebound_between
+from fsdp_lint.facts.scopes import runs_before
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -129,10 +130,12 @@ casting before the wrap, or casting the state dict) changes what is trained or s
             if attr in CAST_METHODS and site.node.args:
                 continue  # Module.half()/bfloat16()/float()/double() take no arguments
             for name, wrap in wrapped:
-                if name != receiver or site.order <= wrap.site.order:
+                if name != receiver:
                     continue
                 if site.ctx.function is not wrap.site.ctx.function and "." not in name:
                     continue
+                if site.order <= wrap.site.order or not runs_before(facts, wrap.site.ctx, wrap.site.done, site.ctx, site.order):
+                    continue  # the cast runs first (``FSDP(model.bfloat16())``), or in a branch the wrap is not on
                 if rebound_between(facts, name, wrap.site, site):
                     continue
                 kind = "fully_shard" if wrap.fsdp2 else "FSDP"

@@ -7,8 +7,8 @@ import re
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks
 from fsdp_lint.facts.values import bind_arguments, literal_bool
-from fsdp_lint.facts.walk import push_children
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -16,30 +16,7 @@ from fsdp_lint.rules.base import FIX_NEVER, Rule
 TORCH_SAVE = frozenset({"torch.save", "torch.serialization.save"})
 SAFETENSORS_SAVE = frozenset({"safetensors.torch.save_file", "safetensors.torch.save_model"})
 DISTRIBUTED_SETUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
-# identifiers that make a test or a path rank-dependent
-_RANK_WORD = re.compile(
-    r"(^|_)(rank|ranks|process_index|local_process_index|is_main_process|is_local_main_process|is_global_zero|"
-    r"is_world_process_zero|is_local_process_zero|is_rank_zero|is_master|is_main|main_process|master_process|"
-    r"should_save|rank_zero_only)($|_)",
-    re.I,
-)
 _NOT_A_MODEL = re.compile(r"tokenizer|processor|config|feature_extractor|image_processor", re.I)
-
-
-def _identifiers(node):
-    """Every Name and Attribute identifier in an expression (no strings, no comments)."""
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, cst.Name):
-            yield item.value
-        elif isinstance(item, cst.Attribute):
-            yield item.attr.value
-        push_children(item, stack)
-
-
-def mentions_rank(node) -> bool:
-    return any(_RANK_WORD.search(name) for name in _identifiers(node))
 
 
 class SaveOnEveryRank(Rule):
@@ -162,8 +139,8 @@ distributed checkpoint depends on what the state holds.
                 continue
             if self._per_rank_or_buffer(facts, site, path.value):
                 continue
-            if any(mentions_rank(guard.node.test) for guard in site.ctx.guards):
-                continue
+            if restricted_to_some_ranks(facts, site.ctx):
+                continue  # a rank test, a single-process branch, a one-rank decorator (facts.ranks)
             function = site.ctx.function
             if function is not None and any(mentions_rank(d.decorator) for d in function.decorators):
                 continue  # ``@rank_zero_only`` (Lightning) runs the function on rank 0 only

@@ -1,0 +1,198 @@
+"""The module model every rule queries: evaluation order, where a nested ``def`` runs,
+re-binding, rank tests and single-process branches (``facts.index``, ``facts.scopes``,
+``facts.flow``, ``facts.ranks``)."""
+
+import ast
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from fsdp_lint.facts.index import index_module
+from fsdp_lint.facts.ranks import restricted_to_some_ranks, single_process_branch
+from fsdp_lint.facts.scopes import lookup, runs_before, runs_in
+
+
+def _facts(code):
+    return index_module(cst.parse_module(textwrap.dedent(code)))
+
+
+def _call(facts, text):
+    found = [s for s in facts.calls if facts.module.code_for_node(s.node) == text]
+    assert len(found) == 1, (text, [facts.module.code_for_node(s.node) for s in facts.calls])
+    return found[0]
+
+
+def test_arguments_run_before_the_call():
+    facts = _facts("model = FSDP(model.bfloat16(), device_id=rank())\n")
+    wrap = _call(facts, "FSDP(model.bfloat16(), device_id=rank())")
+    cast = _call(facts, "model.bfloat16()")
+    rank = _call(facts, "rank()")
+    assert wrap.order < cast.order < rank.order <= wrap.done
+    assert not runs_before(facts, wrap.ctx, wrap.done, cast.ctx, cast.order)
+    assert runs_before(facts, cast.ctx, cast.done, wrap.ctx, wrap.done + 1)
+
+
+def test_the_right_side_runs_before_the_target_is_bound():
+    facts = _facts(
+        """
+        def f(model):
+            model = FSDP(model)
+            model = wrap(model)
+            return model
+        """
+    )
+    first = _call(facts, "FSDP(model)")
+    second = _call(facts, "wrap(model)")
+    bindings = [b for b in facts.bindings if b.target == "model"]
+    assert [b.order > c.done for b, c in zip(bindings, (first, second))] == [True, True]
+    # the argument of the second call sees the first binding, not its own
+    seen = lookup(facts, "model", second.ctx, second.order).bindings
+    assert [facts.module.code_for_node(b.value) for b in seen] == ["FSDP(model)"]
+    # and the argument of the first sees no binding of the function (the parameter)
+    assert lookup(facts, "model", first.ctx, first.order).param == "model"
+
+
+def test_loop_and_with_targets_are_bound_after_their_expression():
+    facts = _facts(
+        """
+        def f(loader, model):
+            for batch in make(loader):
+                pass
+            with open_ctx(model) as ctx:
+                pass
+        """
+    )
+    for target, call in (("batch", "make(loader)"), ("ctx", "open_ctx(model)")):
+        binding = next(b for b in facts.bindings if b.target == target)
+        assert binding.order > _call(facts, call).done
+
+
+NESTED = """
+class Trainer:
+    def setup(self):
+        def do_fsdp():
+            self.model = FSDP(self.model)
+
+        def never_called():
+            self.ref = FSDP(self.ref)
+
+        self.model.to("cuda")
+        do_fsdp()
+        self.model.half()
+
+    def later(self):
+        self.model.float()
+"""
+
+
+def test_a_nested_def_runs_where_it_is_called():
+    facts = _facts(NESTED)
+    wrap = _call(facts, "FSDP(self.model)")
+    move = _call(facts, 'self.model.to("cuda")')
+    cast = _call(facts, "self.model.half()")
+    places = runs_in(facts, wrap.ctx, move.ctx.function)
+    assert [p[1] for p in places] == [_call(facts, "do_fsdp()").done]
+    assert not runs_before(facts, wrap.ctx, wrap.done, move.ctx, move.order)
+    assert runs_before(facts, wrap.ctx, wrap.done, cast.ctx, cast.order)
+    # a nested def never called where it stands does not run there
+    never = _call(facts, "FSDP(self.ref)")
+    assert runs_in(facts, never.ctx, move.ctx.function) == []
+    # another method: nothing is known, it may have run before
+    other = _call(facts, "self.model.float()")
+    assert runs_in(facts, wrap.ctx, other.ctx.function) is None
+    assert runs_before(facts, wrap.ctx, wrap.done, other.ctx, other.order)
+
+
+def test_attribute_bindings_follow_the_nested_def_and_the_method():
+    facts = _facts(NESTED)
+    move = _call(facts, 'self.model.to("cuda")')
+    cast = _call(facts, "self.model.half()")
+    assert lookup(facts, "self.model", move.ctx, move.order).bindings == []
+    assert [facts.module.code_for_node(b.value) for b in lookup(facts, "self.model", cast.ctx, cast.order).bindings] == [
+        "FSDP(self.model)"
+    ]
+    other = _call(facts, "self.model.float()")
+    assert len(lookup(facts, "self.model", other.ctx, other.order).bindings) == 1
+
+
+def test_a_binding_of_the_method_on_every_path_hides_the_other_methods():
+    facts = _facts(
+        """
+        class T:
+            def a(self):
+                self.model = FSDP(self.model)
+
+            def b(self):
+                self.model = build()
+                self.model.cuda()
+        """
+    )
+    move = _call(facts, "self.model.cuda()")
+    assert [facts.module.code_for_node(b.value) for b in lookup(facts, "self.model", move.ctx, move.order).bindings] == [
+        "build()"
+    ]
+
+
+@pytest.mark.parametrize(
+    "test,branch",
+    [
+        ('"LOCAL_RANK" in os.environ', "orelse"),
+        ('"WORLD_SIZE" not in os.environ', "body"),
+        ("dist.is_initialized()", "orelse"),
+        ("dist.is_available() and dist.is_initialized()", "orelse"),
+        ("not torch.distributed.is_initialized()", "body"),
+        ("use_fsdp or use_ddp", "orelse"),
+        ("args.distributed", "orelse"),
+        ("world_size > 1", "orelse"),
+        ("dist.get_world_size() == 1", "body"),
+        ("dist.is_available()", None),
+        ("use_fsdp or step > 10", None),
+        ("rank == 0", None),
+        ("args.fsdp_config", None),
+    ],
+)
+def test_single_process_branches(test, branch):
+    assert single_process_branch(cst.parse_expression(test)) == branch
+
+
+@pytest.mark.parametrize(
+    "test,restricted",
+    [
+        ('os.environ["LOCAL_RANK"] == 0', True),
+        ('int(os.environ["LOCAL_RANK"]) == 0', True),
+        ("state.is_local_master", True),
+        ("my_rank == 0", True),
+        ('os.environ.get("RANK", "0") == "0"', True),
+        ('"LOCAL_RANK" in os.environ', False),  # the body: the distributed run, every rank
+        ("step % 10 == 0", False),
+        ("dist.is_initialized()", False),
+    ],
+)
+def test_code_under_a_rank_test_may_run_on_some_ranks(test, restricted):
+    facts = _facts(f"if {test}:\n    save()\n")
+    assert restricted_to_some_ranks(facts, _call(facts, "save()").ctx) is restricted
+
+
+def test_else_of_a_distributed_test_is_restricted():
+    facts = _facts('if "LOCAL_RANK" in os.environ:\n    sync()\nelse:\n    save()\n')
+    assert restricted_to_some_ranks(facts, _call(facts, "save()").ctx)
+    assert not restricted_to_some_ranks(facts, _call(facts, "sync()").ctx)
+
+
+# One home for each domain fact: no rule module keeps its own list of rank words, rank
+# tests or collectives (they live in facts/ranks.py and facts/collectives.py).
+RULES = sorted((Path(__file__).resolve().parent.parent / "fsdp_lint" / "rules").glob("fsd*.py"))
+_DOMAIN_WORDS = ("rank", "is_main_process", "is_global_zero", "barrier", "all_reduce", "all_gather", "broadcast")
+
+
+@pytest.mark.parametrize("path", RULES, ids=lambda p: p.name)
+def test_rules_keep_no_private_rank_or_collective_vocabulary(path):
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if not isinstance(node, ast.Assign):
+            continue
+        strings = [n.value for n in ast.walk(node.value) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        words = [s for s in strings if any(w in s for w in _DOMAIN_WORDS)]
+        assert not words, f"{path.name} line {node.lineno} defines its own rank/collective vocabulary: {words}"
