@@ -26,7 +26,9 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import Source, calls_of
 from fsdp_lint.facts.fsdp_modules import FsdpWrap, Origin, fsdp_modules, offload_call, origins, wrap_config
-from fsdp_lint.facts.model import ModuleFacts
+from fsdp_lint.facts.model import Context, ModuleFacts
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.scopes import function_info, lookup
 from fsdp_lint.facts.values import UNKNOWN
 from fsdp_lint.facts.walk import descendants
 
@@ -103,7 +105,73 @@ def params_on_cpu(facts: ModuleFacts, expr, ctx, order: int) -> List[OffloadEvid
     own = {id(o.wrap) for o in found.wraps}
     others = _argument_nodes(facts, own) if found.wraps else set()
     return [OffloadEvidence(e.kind, e.node) for e in cpu_param_evidence(facts)
-            if id(e.node) not in others and (e.wrap is None or not found.wraps or id(e.wrap) in own)]
+            if id(e.node) not in others and (e.wrap is None or not found.wraps or id(e.wrap) in own)
+            and _reaches(facts, e, ctx, strict=_built_here(facts, expr, ctx, order))]
+
+
+def _built_here(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
+    """The model is a name the use's function binds itself (``model = make_model(...)``):
+    its construction is visible but opaque, so only a configuration that can reach it
+    counts.  A parameter or an attribute comes from code the file may not show: the
+    module-level reading applies."""
+    name = dotted_name(expr) if expr is not None else None
+    if name is None or ctx.function is None or "." in name:
+        return False
+    return bool(lookup(facts, name, ctx, order).bindings)
+
+
+def _evidence_context(facts: ModuleFacts, evidence: OffloadEvidence) -> Optional[Context]:
+    site = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(evidence.node))
+    if site is not None:
+        return site.ctx
+    return evidence.wrap.site.ctx if evidence.wrap is not None else None
+
+
+def _reaches(facts: ModuleFacts, evidence: OffloadEvidence, ctx: Context, strict: bool = True, depth: int = 0) -> bool:
+    """Whether an offload configuration of the file may configure a model used at ``ctx``
+    whose own construction is not visible (the policy for the unknown: precision first).
+    It may when it is written where that model can come from: the same function, one
+    enclosing it, the same class, a module-level constant or call, a function the use's
+    function calls (a builder) or one that calls it (the caller that passes the model), and
+    what reaches such a caller (two levels).
+    Not a decorator or default of another function (``@pytest.mark.parametrize`` of
+    another test), not another class, not an unrelated function.  Without ``strict`` (the
+    model is a parameter or attribute: it may come from anywhere) only the decorators and
+    defaults of other functions are left out."""
+    where = _evidence_context(facts, evidence)
+    if where is None:
+        return False
+    function = ctx.function
+    if where.function is None:
+        if where.class_def is not None:
+            return where.class_def is ctx.class_def
+        header = where.statement
+        if isinstance(header, cst.FunctionDef):  # a decorator or a default of that function
+            return header is function
+        return True
+    if not strict:
+        return True
+    if function is None or where.function is function:
+        return True
+    if ctx.class_def is not None and where.class_def is ctx.class_def:
+        return True
+    info = function_info(facts, function)
+    while info is not None and info.parent is not None:  # a function enclosing the use's
+        if info.parent is where.function:
+            return True
+        info = function_info(facts, info.parent)
+    by_id = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls})
+    for call in calls_of(facts, where.function):  # a builder the use's function calls
+        site = by_id.get(id(call))
+        if site is not None and site.ctx.function is function:
+            return True
+    for call in calls_of(facts, function):  # a caller that passes the model, and what reaches it
+        site = by_id.get(id(call))
+        if site is None or site.ctx.function is function:
+            continue
+        if site.ctx.function is where.function or (depth < 2 and _reaches(facts, evidence, site.ctx, strict, depth + 1)):
+            return True
+    return False
 
 
 def _argument_nodes(facts: ModuleFacts, own) -> set:

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import called_functions, dict_entries, sources
+from fsdp_lint.facts.dataflow import called_functions, calls_of, dict_entries, sources
 from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins_with_callers, other_fsdp_imported
 from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
@@ -166,26 +166,46 @@ def _holds_summon(node, summon_ids) -> bool:
     return any(id(item) in summon_ids for item in descendants(node))
 
 
-def maybe_in_summon(facts: ModuleFacts, site: CallSite) -> bool:
+def _gathers(summon: SummonCall, model: Optional[str]) -> bool:
+    """The summon may gather ``model`` (a dotted name; None: any model): its module is
+    ``model``, holds it or is held by it (``self.policy`` / ``self.policy.module``), or is
+    not a name (a doubt)."""
+    name = summon.module_name
+    if model is None or name is None:
+        return True
+    return name == model or model.startswith(name + ".") or name.startswith(model + ".")
+
+
+def maybe_in_summon(facts: ModuleFacts, site: CallSite, model: Optional[str] = None, depth: int = 0) -> bool:
     """``site`` may run inside a summon: a ``with`` entering one (``summon_blocks``), or one
     the file enters less directly: a name bound to it (``ctx = FSDP.summon_full_params(m);
-    with ctx:``), ``stack.enter_context(summon)`` earlier in an enclosing block, or a
-    ``@contextmanager`` helper of this file that enters one (``with gathered(model):``).
-    For rules that flag code outside a summon: a doubt counts as inside."""
+    with ctx:``) or to a factory of it (``ctx = lambda: FSDP.summon_full_params(m) if fsdp
+    else nullcontext(); with ctx():``), ``stack.enter_context(summon)`` earlier in an
+    enclosing block, a ``@contextmanager`` helper of this file that enters one (``with
+    gathered(model):``), or a call of ``site``'s function made inside one (a helper whose
+    caller gathers: its body runs where it is called; two levels).  For rules that flag
+    code outside a summon: a doubt counts as inside.  With ``model``, a ``with`` block or a
+    caller's block that gathers another named model does not count."""
     ctx = site.ctx
-    if summon_blocks(facts, ctx):
+    if any(_gathers(summon, model) for summon, _ in summon_blocks(facts, ctx)):
         return True
     summons = summon_calls(facts)
     if not summons:
         return False
-    summon_ids = {id(s.node) for s in summons}
+    if depth < 2 and ctx.function is not None:
+        by_id = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls})
+        for call in calls_of(facts, ctx.function):
+            caller = by_id.get(id(call))
+            if caller is not None and caller.ctx.function is not ctx.function and maybe_in_summon(facts, caller, model, depth + 1):
+                return True
+    summon_ids = {id(s.node) for s in summons if _gathers(s, model)}
     blocks = {id(b) for b in ctx.withs}
     for block in ctx.withs:
         for item in block.node.items:
             expr = item.item
             if _holds_summon(expr, summon_ids):
                 return True
-            name = dotted_name(expr)
+            name = dotted_name(expr.func) if isinstance(expr, cst.Call) else dotted_name(expr)
             if name is not None and any(
                 b.target == name and b.ctx.function is ctx.function and _holds_summon(b.value, summon_ids)
                 for b in facts.bindings

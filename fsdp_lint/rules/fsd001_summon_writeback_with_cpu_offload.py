@@ -31,9 +31,13 @@ followed to the constructions it can come from (local and class attributes, help
 functions and their `**kwargs`, `functools.partial`, dicts passed as `**cfg`, module
 constants, conditional expressions); a model built without offload in a file that also
 offloads another one is not flagged. When the model cannot be followed (a function
-parameter, a model built in another file), the module-level answer applies: any offload
-configuration in the file; when its construction is found but opaque (`FSDP(m,
-**get_kwargs(m))`), not the configuration another construction passes itself. A non-literal `writeback` (a variable) is an explicit choice
+parameter, an attribute, a model built in another file), the module-level answer applies:
+any offload configuration in the file except one in another function's decorator or
+default (another test's `@pytest.mark.parametrize`); when its construction is found but
+opaque (`FSDP(m, **get_kwargs(m))`), not the configuration another construction passes
+itself. When the function builds the model itself through an opaque call (`model =
+make_model(...)`), only a configuration that can reach it counts: in the same function or
+class, a module constant, a builder it calls, or a caller that passes the model. A non-literal `writeback` (a variable) is an explicit choice
 and is not flagged. A block that edits parameters is not flagged under CPU offload on GPUs:
 there the write-back is what keeps the edit, and it works; it is still flagged with FSDP on
 the CPU device and `offload_to_cpu=True`, where the write-back itself overwrites the shards.

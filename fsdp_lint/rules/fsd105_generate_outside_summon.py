@@ -114,7 +114,7 @@ every rank has to enter it (a collective).
                 continue
             if wrap is not _ANNOTATED and rebound_between(facts, owner, wrap.site, site):
                 continue
-            if maybe_in_summon(facts, site):
+            if maybe_in_summon(facts, site, owner):
                 continue
             report(
                 site.node,
