@@ -196,3 +196,20 @@ def test_rules_keep_no_private_rank_or_collective_vocabulary(path):
         strings = [n.value for n in ast.walk(node.value) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         words = [s for s in strings if any(w in s for w in _DOMAIN_WORDS)]
         assert not words, f"{path.name} line {node.lineno} defines its own rank/collective vocabulary: {words}"
+
+
+@pytest.mark.parametrize(
+    "expr,per_rank",
+    [
+        ('f"shard_{rank}.pt"', True),
+        ("os.path.join(out, str(dist.get_rank()))", True),
+        ('os.path.join(out, os.environ["LOCAL_RANK"])', True),
+        ('AtomicDirectory(out, is_master=rank == 0)', False),
+        ('make_dir(out, main=args.local_rank in (-1, 0))', False),
+        ('os.path.join(out, "model.pt")', False),
+    ],
+)
+def test_a_rank_value_flows_into_a_path_a_rank_test_does_not(expr, per_rank):
+    from fsdp_lint.facts.ranks import mentions_rank
+
+    assert mentions_rank(cst.parse_expression(expr), values_only=True) is per_rank

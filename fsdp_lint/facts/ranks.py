@@ -211,9 +211,32 @@ def _identifiers(node):
         stack.extend(item.children)
 
 
-def mentions_rank(node) -> bool:
+def value_parts(node):
+    """``node``'s parts that may carry a rank *value*: not a comparison (``rank == 0`` is
+    a flag, the same string on every rank) and not a keyword's name (``is_master=``)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, cst.Comparison):
+            continue
+        if isinstance(item, cst.Arg):
+            stack.append(item.value)
+            continue
+        yield item
+        stack.extend(item.children)
+
+
+def mentions_rank(node, values_only: bool = False) -> bool:
     """Some identifier of ``node`` names a rank or the main process (``RANK_WORD``), or
-    some part of it reads the rank (``os.environ["LOCAL_RANK"]``, ``dist.get_rank()``)."""
+    some part of it reads the rank (``os.environ["LOCAL_RANK"]``, ``dist.get_rank()``).
+    ``values_only``: only where a rank value may flow into the result (a path built from
+    ``rank``), not a rank test passed along (``AtomicDirectory(d, is_master=rank == 0)``)."""
+    if values_only:
+        parts = list(value_parts(node))
+        names = [p.value if isinstance(p, cst.Name) else p.attr.value for p in parts if isinstance(p, (cst.Name, cst.Attribute))]
+        if any(RANK_WORD.search(name) and name.lower().lstrip("_") not in MAIN_FLAGS for name in names):
+            return True
+        return any(isinstance(p, (cst.Call, cst.Subscript)) and _is_rank_value(p) for p in parts)
     if any(RANK_WORD.search(name) for name in _identifiers(node)):
         return True
     stack = [node]

@@ -7,7 +7,7 @@ import re
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks
+from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks, value_parts
 from fsdp_lint.facts.values import bind_arguments, literal_bool
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -167,7 +167,7 @@ distributed checkpoint depends on what the state holds.
         """The path names a rank, is an in-memory buffer, or a temporary file or folder made
         by this process (``tempfile.NamedTemporaryFile().name``, ``mkstemp()``, ``mkdtemp()``:
         unique per process), following local assignments."""
-        if mentions_rank(expr):
+        if mentions_rank(expr, values_only=True):
             return True
         if isinstance(expr, cst.Call):
             callee = dotted_name(expr.func) or ""
@@ -178,15 +178,10 @@ distributed checkpoint depends on what the state holds.
         if depth > 3:
             return False
         names = set()
-        stack = [expr]
-        while stack:
-            item = stack.pop()
+        for item in value_parts(expr):  # what may flow into the path (not a rank test passed along)
             if isinstance(item, (cst.Name, cst.Attribute)) and dotted_name(item) is not None:
                 names.add(dotted_name(item))
                 names.add(dotted_name(item).split(".", 1)[0])  # ``tmp.name``: what ``tmp`` is
-                if isinstance(item, cst.Attribute):
-                    continue
-            stack.extend(item.children)
         for name in names:
             earlier = [
                 b for b in facts.bindings
