@@ -213,3 +213,38 @@ def test_a_rank_value_flows_into_a_path_a_rank_test_does_not(expr, per_rank):
     from fsdp_lint.facts.ranks import mentions_rank
 
     assert mentions_rank(cst.parse_expression(expr), values_only=True) is per_rank
+
+
+def test_latest_binding_is_what_reaches_the_use():
+    from fsdp_lint.facts.scopes import latest_binding
+
+    facts = _facts(
+        """
+        def f(step, cond):
+            flag = step % 10 == 0
+            if cond:
+                flag = True
+            use(flag)
+            flag = False
+        """
+    )
+    use = _call(facts, "use(flag)")
+    assert facts.module.code_for_node(latest_binding(facts, "flag", use.ctx, use.order).value) == "True"
+
+
+def test_a_binding_later_in_a_loop_reaches_the_next_iteration():
+    from fsdp_lint.facts.scopes import lookup
+
+    facts = _facts(
+        """
+        def train(loader, model):
+            do_eval = False
+            for step, batch in enumerate(loader):
+                if do_eval:
+                    evaluate(model)
+                do_eval = step % 100 == 0
+        """
+    )
+    use = _call(facts, "evaluate(model)")
+    values = sorted(facts.module.code_for_node(b.value) for b in lookup(facts, "do_eval", use.ctx, use.order).bindings)
+    assert values == ["False", "step % 100 == 0"]

@@ -54,13 +54,21 @@ def on_every_path(binding: Binding, use: Context) -> bool:
 
 def reaching(bindings: List[Binding], use: Context, order: int) -> List[Binding]:
     """Of ``bindings`` (one name, one function), those whose value the use at ``order``
-    may see: earlier in source order, not in an arm exclusive with the use, and not
-    overwritten on every path by a later one."""
+    may see: earlier in evaluation order, not in an arm exclusive with the use, and not
+    overwritten on every path by a later one; and those later in a loop that encloses the
+    use too (they reach it on the next iteration)."""
     found: List[Binding] = []
+    use_loops = {id(loop.node) for loop in use.loops}
+    later: List[Binding] = []
     for binding in sorted(bindings, key=lambda b: b.order, reverse=True):
-        if binding.order >= order or exclusive(binding.ctx, use):
+        if exclusive(binding.ctx, use):
+            continue
+        if binding.order >= order:
+            # later in a loop that also encloses the use: it reaches the next iteration
+            if any(id(loop.node) in use_loops for loop in binding.ctx.loops):
+                later.append(binding)
             continue
         found.append(binding)
         if on_every_path(binding, use):
             break
-    return found
+    return found + later

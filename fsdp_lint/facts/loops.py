@@ -24,6 +24,7 @@ from fsdp_lint.facts.dataflow import calls_of
 from fsdp_lint.facts.imports import dotted_name, target_names
 from fsdp_lint.facts.model import CallSite, Context, Guard, Loop, ModuleFacts
 from fsdp_lint.facts.walk import descendants
+from fsdp_lint.facts.scopes import latest_binding
 
 
 def per_step_loop(facts: ModuleFacts, ctx: Context) -> Optional[Loop]:
@@ -82,9 +83,9 @@ def _sparse_test(facts: ModuleFacts, test, counters: Set[str], guard: Guard, ctx
             return True
         if isinstance(node, cst.Name) and depth < 2 and ctx.function is not None:
             # ``do_eval = step % every == 0`` ... ``if do_eval:`` (the latest binding before the if)
-            earlier = [b for b in facts.bindings if b.target == node.value and b.ctx.function is ctx.function
-                       and b.kind == "assign" and b.index is None]
-            if earlier and _sparse_test(facts, earlier[-1].value, counters, guard, ctx, depth + 1):
+            latest = latest_binding(facts, node.value, ctx, guard.order)
+            if latest is not None and latest.ctx.function is ctx.function \
+                    and _sparse_test(facts, latest.value, counters, guard, ctx, depth + 1):
                 return True
         if isinstance(node, (cst.Comparison, cst.UnaryOperation, cst.BooleanOperation, cst.BinaryOperation,
                              cst.Call, cst.Attribute, cst.Subscript, cst.Name)):

@@ -22,7 +22,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
-from fsdp_lint.facts.scopes import argument_for, function_info, methods_of, module_functions
+from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, methods_of, module_functions
 from fsdp_lint.facts.walk import push_children
 
 _OPTIMIZER_NAME = re.compile(r"(Adam|AdamW|SGD|Adagrad|Adadelta|Adamax|RMSprop|Rprop|Lion|Lamb|LAMB|Adafactor)\w*$")
@@ -61,10 +61,9 @@ def _owner_through_names(facts: ModuleFacts, site: CallSite, expr) -> Optional[c
     while stack:
         node = stack.pop()
         if isinstance(node, cst.Name):
-            earlier = [b for b in facts.bindings if b.target == node.value and b.ctx.function is site.ctx.function
-                       and b.order < site.order and b.index is None]
-            if earlier:
-                owner = _parameters_owner(earlier[-1].value)
+            latest = latest_binding(facts, node.value, site.ctx, site.order, kinds=("assign", "for", "with"))
+            if latest is not None and latest.ctx.function is site.ctx.function:
+                owner = _parameters_owner(latest.value)
                 if owner is not None:
                     return owner
         push_children(node, stack)

@@ -72,6 +72,17 @@ def lookup(facts: ModuleFacts, dotted: str, ctx: Context, order: int, extra=()) 
     return Lookup(reaching(module_level, ctx, order))
 
 
+def latest_binding(facts: ModuleFacts, dotted: str, ctx: Context, order: int, plain: bool = True,
+                   kinds=("assign",)) -> Optional[Binding]:
+    """The latest binding of ``dotted`` that a use at ``ctx``/``order`` may see (``lookup``:
+    the function's reaching bindings, a class's for ``self.<attr>``), of one of ``kinds``
+    and, with ``plain``, not one element of a tuple target; None when there is none.  The
+    one place rules ask "what was this name last set to?"."""
+    seen = [b for b in lookup(facts, dotted, ctx, order).bindings
+            if b.kind in kinds and (not plain or b.index is None)]
+    return max(seen, key=lambda b: b.order) if seen else None
+
+
 def methods_of(facts: ModuleFacts, class_def, name: str) -> List[FunctionInfo]:
     return [info for info in facts.functions.get(name, ()) if info.class_def is class_def]
 

@@ -7,6 +7,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import origins, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments
+from fsdp_lint.facts.scopes import latest_binding
 from fsdp_lint.fixes import drop_import_name, method_call
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
@@ -125,8 +126,7 @@ def _parameters_call(facts, expr, site, depth):
         return _parameters_call(facts, expr.args[-1].value, site, depth + 1)
     name = dotted_name(expr)
     if name is not None and isinstance(expr, cst.Name):
-        earlier = [b for b in facts.bindings if b.target == name and b.ctx.function is site.ctx.function
-                   and b.order < site.order and b.kind == "assign" and b.index is None]
-        if earlier:
-            return _parameters_call(facts, earlier[-1].value, site, depth + 1)
+        latest = latest_binding(facts, name, site.ctx, site.order)
+        if latest is not None and latest.ctx.function is site.ctx.function:
+            return _parameters_call(facts, latest.value, site, depth + 1)
     return None

@@ -8,6 +8,7 @@ from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks
 from fsdp_lint.facts.values import bind_arguments
+from fsdp_lint.facts.scopes import latest_binding
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 
@@ -245,10 +246,9 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
             return self._from_fsdp2(facts, modules, loop.iter, site, depth + 1)
         name = dotted_name(expr)
         if name is not None and depth < 3:
-            earlier = [b for b in facts.bindings if b.target == name and b.order < site.order
-                       and (b.ctx.function is site.ctx.function or "." in name)]
-            if earlier:
-                return self._from_fsdp2(facts, modules, earlier[-1].value, site, depth + 1)
+            latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
+            if latest is not None and (latest.ctx.function is site.ctx.function or "." in name):
+                return self._from_fsdp2(facts, modules, latest.value, site, depth + 1)
         return False
 
     @staticmethod
@@ -265,11 +265,9 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
     @staticmethod
     def _bound_source(facts, site, name, named, sources):
         """The latest binding of ``name`` before ``site`` (same function) is a norm source."""
-        earlier = [b for b in facts.bindings if b.target == name and b.order < site.order
-                   and (b.ctx.function is site.ctx.function or "." in name)]
-        if not earlier:
+        latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
+        if latest is None or not (latest.ctx.function is site.ctx.function or "." in name):
             return None
-        latest = earlier[-1]
         if latest not in named.get(name, ()):
             return None
         return sources[id(latest.value)]

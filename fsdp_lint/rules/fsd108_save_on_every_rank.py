@@ -9,6 +9,7 @@ from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks, value_parts
 from fsdp_lint.facts.values import bind_arguments, literal_bool
+from fsdp_lint.facts.scopes import latest_binding
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -183,11 +184,9 @@ distributed checkpoint depends on what the state holds.
                 names.add(dotted_name(item))
                 names.add(dotted_name(item).split(".", 1)[0])  # ``tmp.name``: what ``tmp`` is
         for name in names:
-            earlier = [
-                b for b in facts.bindings
-                if b.target == name and b.ctx.function is site.ctx.function and b.order < site.order
-            ]
-            if earlier and SaveOnEveryRank._per_rank_or_buffer(facts, site, earlier[-1].value, depth + 1):
+            latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
+            if latest is not None and latest.ctx.function is site.ctx.function \
+                    and SaveOnEveryRank._per_rank_or_buffer(facts, site, latest.value, depth + 1):
                 return True
         return False
 
