@@ -62,7 +62,7 @@ def _owner_through_names(facts: ModuleFacts, site: CallSite, expr) -> Optional[c
         node = stack.pop()
         if isinstance(node, cst.Name):
             latest = latest_binding(facts, node.value, site.ctx, site.order, kinds=("assign", "for", "with"))
-            if latest is not None and latest.ctx.function is site.ctx.function:
+            if latest is not None and latest.ctx.function is site.ctx.function and not _builds_optimizer_call(facts, latest.value):
                 owner = _parameters_owner(latest.value)
                 if owner is not None:
                     return owner
@@ -70,10 +70,19 @@ def _owner_through_names(facts: ModuleFacts, site: CallSite, expr) -> Optional[c
     return None
 
 
+def _builds_optimizer_call(facts: ModuleFacts, value) -> bool:
+    """``value`` is itself an optimizer's construction: a name bound to it holds an
+    optimizer, not parameters (``LambdaLR(opt, ...)``, ``get_scheduler(opt)``)."""
+    site = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(value))
+    return site is not None and (_named_optimizer(facts, site) or _holds_optimizer_class(facts, site))
+
+
 def _named_optimizer(facts: ModuleFacts, site: CallSite) -> bool:
     """The callee says optimizer: a ``torch.optim`` class or an optimizer-like name."""
     qualname = facts.qualname(site.node.func) or ""
     name = site.attr or ""
+    if qualname.startswith(torch_api.OPTIMIZER_WRAPPER_MODULES):
+        return False  # a scheduler or an SWA wrapper takes an optimizer
     if qualname.startswith(torch_api.OPTIMIZER_PACKAGE + ".") and name[:1].isupper():
         return True
     return bool(_OPTIMIZER_NAME.search(name)) or "optim" in name.lower()

@@ -53,6 +53,8 @@ CLIP_GRAD_NORM = frozenset(
 )
 NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 OPTIMIZER_PACKAGE = "torch.optim"
+# modules of ``torch.optim`` whose classes take an optimizer, not parameters
+OPTIMIZER_WRAPPER_MODULES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 
 SUMMON = "summon_full_params"
 # summon_full_params(module, recurse=True, writeback=True, rank0_only=False,
