@@ -21,6 +21,7 @@ from fsdp_lint.diagnostics import Diagnostic
 from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, error_diagnostic, gate_on, lint_text, wanted_rules
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
+from fsdp_lint.launch import Launch, LaunchFinder
 from fsdp_lint.rules import for_target, select_rules
 from fsdp_lint.rules.base import Rule
 from fsdp_lint.screen import confirmed_live_rules
@@ -47,6 +48,7 @@ class Settings:
     fix: bool = False
     diff: bool = False
     cache: Optional[Cache] = None
+    launches: LaunchFinder = field(default_factory=LaunchFinder)
     _rules: Dict[tuple, List[Type[Rule]]] = field(default_factory=dict, repr=False)
 
     def rules_for(self, path: str) -> List[Type[Rule]]:
@@ -71,6 +73,10 @@ class Settings:
         state = dict(self.__dict__)
         state["_rules"] = {}
         return state
+
+    def launch_for(self, path: str) -> Optional[Launch]:
+        """How the project launches ``path`` when that turns FSDP on (``fsdp_lint.launch``)."""
+        return self.launches.for_file(path)
 
     def unsafe_for(self, path: str) -> bool:
         if self.overrides.unsafe_fixes is not None:
@@ -105,11 +111,12 @@ def process_source(source: SourceFile, settings: Settings, write: bool = True) -
     path = source.path
     report = FileReport(path)
     rules = settings.rules_for(path)
+    launch = settings.launch_for(path)
     try:
         if not (settings.fix or settings.diff):
-            report.diagnostics = _lint_cached(source, rules, settings.cache)
+            report.diagnostics = _lint_cached(source, rules, settings.cache, launch)
             return report
-        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path))
+        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path), launch)
         report.diagnostics = outcome.diagnostics
         if outcome.text == source.text:
             return report
@@ -155,14 +162,14 @@ def write_fixes(source: SourceFile, report: FileReport, settings: Settings) -> N
     report.new_text = None
 
 
-def _lint_cached(source: SourceFile, rules, cache: Optional[Cache]) -> List[Diagnostic]:
-    if cache is None or not wanted_rules(source.text, rules):
-        return lint_text(source.text, source.path, rules).diagnostics
-    key = cache.key(source.raw, _cache_tags(rules))
+def _lint_cached(source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None) -> List[Diagnostic]:
+    if cache is None or not wanted_rules(source.text, rules, launch):
+        return lint_text(source.text, source.path, rules, launch=launch).diagnostics
+    key = cache.key(source.raw, _cache_tags(rules, launch))
     hit = cache.get(key, source.path)
     if hit is not None:
         return hit
-    diagnostics = lint_text(source.text, source.path, rules).diagnostics
+    diagnostics = lint_text(source.text, source.path, rules, launch=launch).diagnostics
     if not any(d.code == INTERNAL_ERROR[0] for d in diagnostics):
         cache.put(key, diagnostics)
     return diagnostics
@@ -171,13 +178,15 @@ def _lint_cached(source: SourceFile, rules, cache: Optional[Cache]) -> List[Diag
 def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
     if settings.cache is None or settings.fix or settings.diff:
         return None
-    return settings.cache.key(source.raw, _cache_tags(rules))
+    return settings.cache.key(source.raw, _cache_tags(rules, settings.launch_for(source.path)))
 
 
-def _cache_tags(rules) -> List[str]:
+def _cache_tags(rules, launch: Optional[Launch] = None) -> List[str]:
     """What a cached answer depends on besides the bytes: the rules (with their target
-    torch version), and whether the gate ran (an answer with the gate off is kept apart)."""
-    return [rule.cache_tag() for rule in rules] + ([] if gate_on() else ["gate-off"])
+    torch version), the project's FSDP launch of the file, and whether the gate ran (an
+    answer with the gate off is kept apart)."""
+    tags = [rule.cache_tag() for rule in rules] + ([] if gate_on() else ["gate-off"])
+    return tags + ([launch.tag()] if launch is not None else [])
 
 
 def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True) -> Optional[FileReport]:
@@ -186,7 +195,7 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
     without ``ast_stage``, the ``ast`` stage).  A file these stages clear is cached as
     clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
-    wanted = wanted_rules(source.text, rules)
+    wanted = wanted_rules(source.text, rules, settings.launch_for(source.path))
     if not wanted:
         return FileReport(source.path)
     key = _cache_key(source, rules, settings)

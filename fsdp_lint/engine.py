@@ -106,7 +106,7 @@ def _factored(strings: List[str], width: int = 10) -> Tuple[Tuple[str, Tuple[str
     return tuple(groups) + tuple((m, (m,)) for m in left)
 
 
-def wanted_rules(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
+def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None) -> List[Type[Rule]]:
     """Stage 1: the rules whose text markers all occur in the file (most files contain
     none of the gate's strings and are settled by them alone).  Every rule with the gate
     off (``gate_on``)."""
@@ -115,7 +115,7 @@ def wanted_rules(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
     gate = _gate(rules)
     if gate is not None and not any(key in text and any(m in text for m in group) for key, group in gate):
         return []
-    return [rule for rule in rules if rule.wanted(text)]
+    return [rule for rule in rules if rule.wanted(text, launch is not None)]
 
 
 MAX_NESTING = 200  # CPython's own limit on nested brackets ("too many nested parentheses")
@@ -252,21 +252,22 @@ def _slice_from() -> Optional[int]:
     return None
 
 
-def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]], parser=None) -> LintResult:
+def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]], parser=None, launch=None) -> LintResult:
     """``parser``: a stand-in for ``libcst.parse_module`` (same result, same errors); the
     language server passes one that re-parses only the statements an edit changed (its
-    texts are parsed whole: no slicing)."""
-    return lint_text_sliced(text, filename, rules, None if parser is not None else _slice_from(), parser)
+    texts are parsed whole: no slicing).  ``launch``: how the project launches the file when
+    that turns FSDP on (``fsdp_lint.launch``), None otherwise."""
+    return lint_text_sliced(text, filename, rules, None if parser is not None else _slice_from(), parser, launch)
 
 
 def lint_text_sliced(
-    text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int], parser=None
+    text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int], parser=None, launch=None
 ) -> LintResult:
     """``lint_text`` with the slicing threshold given: texts of at least ``slice_from``
     characters are sliced, None parses every text whole (the tests compare both)."""
     result = LintResult()
     gated = gate_on()
-    active = wanted_rules(text, rules)
+    active = wanted_rules(text, rules, launch)
     if not active:
         return result
     if gated:
@@ -287,6 +288,7 @@ def lint_text_sliced(
     result.parsed = True
     try:
         facts = index_module(module)
+        facts.launch = launch
     except RecursionError:
         result.diagnostics.append(
             error_diagnostic(SYNTAX_ERROR, filename, "file too deeply nested to analyse, file not checked")

@@ -98,9 +98,9 @@ def test_a_cache_hit_does_no_work(project, tmp_path, monkeypatch):
     work = {"lint": 0, "compile": 0}
     real_lint, real_compile = check.lint_text, check.confirmed_live_rules
 
-    def counted_lint(*args):
+    def counted_lint(*args, **kwargs):
         work["lint"] += 1
-        return real_lint(*args)
+        return real_lint(*args, **kwargs)
 
     def counted_compile(*args):
         work["compile"] += 1
@@ -124,7 +124,7 @@ def test_a_changed_file_or_other_rules_miss_the_cache(project, tmp_path, monkeyp
     target = project / "src" / "trainer" / "offload.py"
     calls = []
     real = check.lint_text
-    monkeypatch.setattr(check, "lint_text", lambda *a: calls.append(a[1]) or real(*a))
+    monkeypatch.setattr(check, "lint_text", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     cache = Cache(str(tmp_path / "cache"))
     check.run_files([str(target)], check.Settings(cache=cache))
     target.write_text(target.read_text() + "\n")

@@ -104,6 +104,18 @@ def _subclasses_hf_trainer(facts: ModuleFacts, class_def, depth: int = 0) -> boo
 
 
 def _shows_fsdp(facts: ModuleFacts) -> bool:
+    return facts.launch is not None or facts.cached("file_shows_fsdp", _file_shows_fsdp)
+
+
+def launched_fsdp_only(facts: ModuleFacts) -> Optional[str]:
+    """Where FSDP is turned on when the file itself does not show it (the launch's
+    source: ``configs/fsdp.yaml:2 (distributed_type: FSDP)``); None otherwise."""
+    if facts.launch is None or facts.cached("file_shows_fsdp", _file_shows_fsdp):
+        return None
+    return facts.launch.source
+
+
+def _file_shows_fsdp(facts: ModuleFacts) -> bool:
     if facts.imports.imports_from(torch_api.FSDP_PACKAGE):
         return True
     for site in facts.calls:
@@ -124,7 +136,8 @@ def _shows_fsdp(facts: ModuleFacts) -> bool:
 def shows_fsdp(facts: ModuleFacts) -> bool:
     """The file configures FSDP for its framework: a torch FSDP import, an accelerate
     ``FullyShardedDataParallelPlugin``/``fsdp_plugin=``, a Lightning ``FSDPStrategy`` or
-    ``strategy="fsdp..."``, a transformers ``fsdp=``/``fsdp_config=`` argument."""
+    ``strategy="fsdp..."``, a transformers ``fsdp=``/``fsdp_config=`` argument; or the
+    project launches it with FSDP (``facts.launch``: an accelerate config, ``--fsdp``)."""
     return facts.cached("shows_fsdp", _shows_fsdp)
 
 
@@ -143,7 +156,9 @@ def framework_collective(facts: ModuleFacts, site: CallSite) -> Optional[str]:
     if method in ALWAYS.get(framework, frozenset()) or (
         method in WITH_FSDP.get(framework, frozenset()) and shows_fsdp(facts)
     ):
-        return f"`{facts.module.code_for_node(func)}` (every rank must call it)"
+        where = launched_fsdp_only(facts) if method not in ALWAYS.get(framework, frozenset()) else None
+        turned_on = f"; FSDP is turned on by {where}" if where else ""
+        return f"`{facts.module.code_for_node(func)}` (every rank must call it{turned_on})"
     return None
 
 

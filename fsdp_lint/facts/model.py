@@ -146,6 +146,8 @@ class ModuleFacts:
     functions: Dict[str, List[FunctionInfo]] = field(default_factory=dict)  # by name, any scope
     annotated: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
     classes: Dict[str, cst.ClassDef] = field(default_factory=dict)
+    # how the project launches this file when that turns FSDP on (``fsdp_lint.launch.Launch``)
+    launch: Optional[object] = None
     _cache: Dict[str, object] = field(default_factory=dict)
 
     def cached(self, key, compute):

@@ -102,6 +102,9 @@ class Rule:
     # identifiers that make a statement hold one of the rule's sites for the slice of a large
     # file, besides its markers (FSD104: every ``torch.distributed`` collective)
     seed_names: ClassVar[FrozenSet[str]] = frozenset()
+    # markers of ``marker_needs`` whose need (the text shows FSDP) a launch configuration
+    # that turns FSDP on meets as well (``fsdp_lint.launch``)
+    needs_met_by_launch: ClassVar[FrozenSet[str]] = frozenset()
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}
     paths_on_by_default: ClassVar[FrozenSet[str]] = frozenset()
@@ -152,13 +155,14 @@ class Rule:
         return [block for block in _CODE_BLOCK.findall(cls.section(title))]
 
     @classmethod
-    def wanted(cls, text: str) -> bool:
+    def wanted(cls, text: str, launched_fsdp: bool = False) -> bool:
         """Every marker group occurs in ``text``, and one of the first group's markers as a
         whole word (``load_state``, not ``load_state_dict``): the compiled-names stage
         (``screen.ast_confirms``) needs it as an identifier, and an identifier in code is a
         whole word of the text, so this drops only files that stage would drop, before
         anything is parsed.  A marker with an entry in ``marker_needs`` counts only where its
-        pattern matches too."""
+        pattern matches too, or, for ``needs_met_by_launch``, where the file is launched with
+        FSDP (``launched_fsdp``)."""
         if not all(any(marker in text for marker in group) for group in cls.markers):
             return False
         if not cls.markers:
@@ -166,6 +170,6 @@ class Rule:
         for marker in cls.markers[0]:
             if _has_word(text, marker):
                 need = cls.marker_needs.get(marker)
-                if need is None or need.search(text):
+                if need is None or need.search(text) or (launched_fsdp and marker in cls.needs_met_by_launch):
                     return True
         return False

@@ -34,6 +34,7 @@ class CollectiveOnOneRank(Rule):
     # torch's ``get_state_dict`` comes from ``torch.distributed.checkpoint``; a Fabric call
     # names its method (``lightning.fabric`` in an import is no call)
     seed_names = DIST_COLLECTIVES
+    needs_met_by_launch = frozenset({"save_model", "save_state", "load_state", "get_state_dict"})
     marker_needs = {
         **dict.fromkeys(("save_model", "save_state", "load_state"), SHOWS_FSDP_TEXT),
         "get_state_dict": re.compile(f"{SHOWS_FSDP_TEXT.pattern}|checkpoint"),
@@ -62,11 +63,14 @@ Collectives:
   barrier on the other ranks' path, as in the download idiom, is balanced);
 - accelerate (1.15.0): `wait_for_everyone`, `gather`, `gather_for_metrics`, `reduce`,
   `pad_across_processes` always; `get_state_dict`, `save_model`, `save_state`, `load_state`
-  when the file configures FSDP (they gather only under FSDP or ZeRO-3);
+  when the file configures FSDP or the project launches it with FSDP (an accelerate config
+  with `distributed_type: FSDP`, `--use_fsdp`; see the README: they gather only under FSDP
+  or ZeRO-3);
 - Lightning (2.6.6): `fabric.save`, `fabric.load`, `fabric.barrier` (each ends in a barrier
   in every multi-process strategy). Lightning's `trainer.save_checkpoint` does too, but is
   not checked: its name alone would make every DeepSpeed file a candidate;
-- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP;
+- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP or the
+  project launches it with `--fsdp`;
 - torchtune (0.6.1): `training.gather_cpu_state_dict`, `training.get_full_optimizer_state_dict`
   (`full_tensor()` and a barrier for every parameter).
 A gathering call on a model that is not sharded yet (rank 0 reads its model before

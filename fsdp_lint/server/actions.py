@@ -128,7 +128,7 @@ def fix_all_title(unsafe: bool) -> str:
 
 def fix_all_edit(lint: DocumentLint, encoding: str, versioned: bool) -> Optional[types.WorkspaceEdit]:
     """One edit from the first to the last changed character, or None when nothing changes."""
-    outcome = fix_text(lint.text, lint.path, lint.rules, lint.unsafe)
+    outcome = fix_text(lint.text, lint.path, lint.rules, lint.unsafe, lint.launch)
     old, new = lint.text, outcome.text
     if old == new:
         return None

@@ -1,0 +1,269 @@
+"""How a project launches its scripts: FSDP turned on outside the Python file.
+
+Real projects switch FSDP on where the linted file cannot show it: an ``accelerate config``
+YAML (``distributed_type: FSDP``) passed to ``accelerate launch --config_file``, flags on
+the launch command (``accelerate launch --use_fsdp``, ``torchrun ... train.py --fsdp
+"full_shard auto_wrap"``) in a shell script, or the project's settings
+(``[tool.fsdp-lint] launch = "fsdp"``).  This module finds them for a file:
+
+- the project root is found as ruff finds it: the nearest folder above the file with a
+  ``pyproject.toml``, else with a ``.git``; a file in neither is in no project (nothing
+  is read);
+- the root is searched (bounded: ``MAX_DEPTH`` folders deep, ``MAX_FILES`` candidates,
+  ``MAX_BYTES`` each; hidden, virtual-environment and cache folders, and folders that are
+  projects of their own (a ``pyproject.toml``), skipped) for
+  ``*.yaml``/``*.yml`` accelerate configs and ``*.sh`` launch scripts;
+- a launch command that names a script applies to that script; an FSDP config that no
+  command ties to a script applies to every file of the project only when it is the only
+  FSDP config there (two configs, or a config another script is launched without: not
+  guessed).
+
+Config files are data: YAML is read line by line for the few keys used (no YAML library,
+no tags, nothing constructed), shell scripts are split into words; nothing is executed or
+imported.  A file that cannot be read is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+MAX_DEPTH = 6
+MAX_FILES = 400
+MAX_BYTES = 256 * 1024
+_SKIPPED_DIRS = frozenset(
+    {"node_modules", "__pycache__", "site-packages", "venv", "env", "build", "dist", ".fsdp_lint_cache"}
+)
+_YAML_KEY = re.compile(r"^(\s*)([A-Za-z_][\w.-]*)\s*:\s*(.*?)\s*(#.*)?$")
+_FSDP_FLAG_VALUE = re.compile(r"full_shard|shard_grad_op|hybrid_shard|no_shard|offload|auto_wrap", re.I)
+_LAUNCHERS = ("accelerate", "torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "python", "python3")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """FSDP turned on for a script, and where."""
+
+    source: str  # "configs/fsdp.yaml:2 (distributed_type: FSDP)", relative to the project root
+    offload_params: Optional[bool] = None  # fsdp_offload_params / --fsdp "... offload"
+    use_orig_params: Optional[bool] = None
+    version: Optional[int] = None  # fsdp_version (accelerate: 1 or 2)
+
+    def tag(self) -> str:
+        """What a cached answer depends on."""
+        return f"launch={self.source}|{self.offload_params}|{self.use_orig_params}|{self.version}"
+
+
+@dataclass
+class _Config:
+    path: str
+    line: int
+    offload_params: Optional[bool] = None
+    use_orig_params: Optional[bool] = None
+    version: Optional[int] = None
+
+
+@dataclass
+class ProjectLaunches:
+    """What a project's launch files say (``read_project``)."""
+
+    root: str
+    configs: Dict[str, _Config] = field(default_factory=dict)  # absolute path -> FSDP accelerate config
+    scripts: Dict[str, Launch] = field(default_factory=dict)  # absolute script path -> its FSDP launch
+    launched_plain: List[str] = field(default_factory=list)  # scripts some command launches without FSDP
+
+    def for_file(self, path: str) -> Optional[Launch]:
+        """A command's launch of this script; else the project's only FSDP config, unless a
+        command launches this script without FSDP."""
+        path = os.path.abspath(path)
+        if path in self.scripts:
+            return self.scripts[path]
+        if len(self.configs) != 1 or path in self.launched_plain:
+            return None
+        (config,) = self.configs.values()
+        return self._launch_of(config)
+
+    def _launch_of(self, config: _Config) -> Launch:
+        where = f"{os.path.relpath(config.path, self.root)}:{config.line} (distributed_type: FSDP)"
+        return Launch(where, config.offload_params, config.use_orig_params, config.version)
+
+
+def project_root(path: str) -> Optional[str]:
+    """The nearest folder above ``path`` with a ``pyproject.toml``, else with a ``.git``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    git = None
+    while True:
+        if os.path.isfile(os.path.join(folder, "pyproject.toml")):
+            return folder
+        if git is None and os.path.exists(os.path.join(folder, ".git")):
+            git = folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return git
+        folder = parent
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        if os.path.getsize(path) > MAX_BYTES:
+            return None
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _bool(text: str) -> Optional[bool]:
+    value = text.strip().strip("'\"").lower()
+    if value in ("true", "yes", "on", "1"):
+        return True
+    if value in ("false", "no", "off", "0"):
+        return False
+    return None
+
+
+def read_accelerate_config(path: str, text: str) -> Optional[_Config]:
+    """An accelerate config whose top-level ``distributed_type`` is FSDP, with the
+    ``fsdp_config`` keys the rules read; None for any other YAML."""
+    found = None
+    values: Dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _YAML_KEY.match(line)
+        if not match:
+            continue
+        indent, key, value = match.group(1), match.group(2), match.group(3)
+        if not indent and key == "distributed_type" and value.strip("'\"").upper() == "FSDP":
+            found = number
+        elif key.startswith("fsdp_") and value:
+            values[key] = value
+    if found is None:
+        return None
+    version = values.get("fsdp_version", "").strip("'\"")
+    return _Config(
+        path,
+        found,
+        offload_params=_bool(values.get("fsdp_offload_params", "")),
+        use_orig_params=_bool(values.get("fsdp_use_orig_params", "")),
+        version=int(version) if version.isdigit() else None,
+    )
+
+
+def _commands(text: str) -> List[Tuple[int, List[str]]]:
+    """(line, words) of each command of a shell script, continuation lines joined."""
+    commands = []
+    pending, start = "", 0
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not pending:
+            start = number
+            if not stripped or stripped.startswith("#"):
+                continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        try:
+            words = shlex.split(pending + stripped, comments=True)
+        except ValueError:
+            words = (pending + stripped).split()
+        pending = ""
+        if words:
+            commands.append((start, words))
+    return commands
+
+
+def _launch_in_command(words: List[str], folder: str, root: str, configs: Dict[str, _Config], source: str):
+    """(script, Launch or None) for a command that runs a Python script, else None."""
+    if not any(os.path.basename(w) in _LAUNCHERS for w in words[:3]) and "launch" not in words[:3]:
+        return None
+    script = next((w for w in words if w.endswith(".py")), None)
+    if script is None:
+        return None
+    script_path = os.path.normpath(os.path.join(folder, script)) if not os.path.isabs(script) else script
+    if not os.path.isfile(script_path):
+        script_path = os.path.normpath(os.path.join(root, script))
+    index = words.index(script)
+    launcher_words, script_words = words[:index], words[index + 1:]
+    launch = None
+    for i, word in enumerate(launcher_words):
+        value = launcher_words[i + 1] if i + 1 < len(launcher_words) else ""
+        name, _, inline = word.partition("=")
+        if name == "--config_file":
+            target = inline or value
+            for base in (folder, root):
+                config = configs.get(os.path.normpath(os.path.join(base, target)))
+                if config is not None:
+                    where = f"{os.path.relpath(config.path, root)}:{config.line} (distributed_type: FSDP, {source})"
+                    launch = Launch(where, config.offload_params, config.use_orig_params, config.version)
+                    break
+        elif name == "--use_fsdp":
+            offload = next((_bool(launcher_words[j + 1]) for j, w in enumerate(launcher_words[:-1])
+                            if w == "--fsdp_offload_params"), None)
+            launch = Launch(f"{source} (accelerate launch --use_fsdp)", offload)
+    for i, word in enumerate(script_words):
+        name, _, inline = word.partition("=")
+        if name == "--fsdp":
+            value = inline or (script_words[i + 1] if i + 1 < len(script_words) else "")
+            if _FSDP_FLAG_VALUE.search(value):
+                offload = "offload" in value.lower()
+                launch = Launch(f"{source} (--fsdp {value!r})", offload)
+    return script_path, launch
+
+
+def read_project(root: str) -> ProjectLaunches:
+    """Every FSDP accelerate config and launch command under ``root`` (bounded)."""
+    found = ProjectLaunches(root)
+    scripts: List[str] = []
+    seen = 0
+    for folder, dirs, files in os.walk(root):
+        depth = os.path.relpath(folder, root).count(os.sep) + (folder != root)
+        dirs[:] = sorted(
+            d for d in dirs
+            if not d.startswith(".") and d not in _SKIPPED_DIRS and depth < MAX_DEPTH
+            and not os.path.isfile(os.path.join(folder, d, "pyproject.toml"))  # a project of its own
+        )
+        for name in sorted(files):
+            if seen >= MAX_FILES:
+                break
+            path = os.path.join(folder, name)
+            if name.endswith((".yaml", ".yml")):
+                seen += 1
+                text = _read(path)
+                config = read_accelerate_config(path, text) if text and "distributed_type" in text else None
+                if config is not None:
+                    found.configs[os.path.normpath(path)] = config
+            elif name.endswith(".sh"):
+                seen += 1
+                scripts.append(path)
+    for path in scripts:
+        text = _read(path)
+        if not text or ".py" not in text:
+            continue
+        for line, words in _commands(text):
+            source = f"{os.path.relpath(path, root)}:{line}"
+            result = _launch_in_command(words, os.path.dirname(path), root, found.configs, source)
+            if result is None:
+                continue
+            script, launch = result
+            if launch is not None:
+                found.scripts.setdefault(os.path.abspath(script), launch)
+            else:
+                found.launched_plain.append(os.path.abspath(script))
+    return found
+
+
+class LaunchFinder:
+    """The launch of each file, one project read per root per run."""
+
+    def __init__(self) -> None:
+        self._projects: Dict[str, Optional[ProjectLaunches]] = {}
+
+    def for_file(self, path: str) -> Optional[Launch]:
+        root = project_root(path)
+        if root is None:
+            return None
+        if root not in self._projects:
+            self._projects[root] = read_project(root)
+        project = self._projects[root]
+        return project.for_file(path) if project is not None else None

@@ -1,0 +1,136 @@
+"""FSDP turned on outside the linted file (``fsdp_lint.launch``): multi-file projects under
+``fixtures/projects/`` (an accelerate config and its launch script, a Trainer run by a shell
+script with ``--fsdp``), each with a quiet twin, give the findings of their
+``expected.txt`` from a whole-tree run, a one-file run and flake8 alike."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsdp_lint.launch import LaunchFinder, project_root, read_accelerate_config, read_project
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECTS = sorted(p for p in (ROOT / "fixtures" / "projects").iterdir() if p.is_dir())
+
+
+def _expected(project: Path):
+    lines = (project / "expected.txt").read_text().split()
+    return sorted((lines[i].rsplit(":", 1)[0], int(lines[i].rsplit(":", 1)[1]), lines[i + 1]) for i in range(0, len(lines), 2))
+
+
+def _cli(*paths, cwd=ROOT):
+    done = subprocess.run(
+        [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json", *map(str, paths)],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _found(records, project: Path):
+    return sorted(
+        (os.path.relpath((ROOT / r["filename"]).resolve(), project), r["location"]["row"], r["code"]) for r in records
+    )
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
+def test_whole_tree_and_one_file_runs_agree_with_expected(project):
+    expected = _expected(project)
+    assert (project.name.endswith("_quiet")) == (not expected), "a firing project and its quiet twin"
+    assert _found(_cli(project), project) == expected
+    one_file = []
+    for relative in sorted({e[0] for e in expected}) or ["src/train.py" if (project / "src").is_dir() else "finetune.py"]:
+        one_file += _found(_cli(project / relative), project)
+    assert sorted(one_file) == expected
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
+def test_flake8_sees_the_launch_too(project):
+    pytest.importorskip("flake8")
+    target = next(iter(sorted({e[0] for e in _expected(project)})), None) or (
+        "src/train.py" if (project / "src").is_dir() else "finetune.py"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "flake8", "--select", "FSD", "--format", "%(row)d|%(code)s", str(project / target)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    found = sorted((target, int(row), code) for row, code in (line.split("|") for line in done.stdout.split()))
+    assert found == [e for e in _expected(project) if e[0] == target]
+
+
+def test_the_message_names_where_fsdp_was_turned_on():
+    project = ROOT / "fixtures" / "projects" / "accelerate_config"
+    (record,) = _cli(project)
+    assert "FSDP is turned on by configs/accelerate.yaml:2 (distributed_type: FSDP, scripts/train.sh:4)" in record["message"]
+
+
+def _project(tmp_path, files):
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+FSDP_YAML = "distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n  fsdp_use_orig_params: false\n  fsdp_version: 2\n"
+
+
+def test_accelerate_config_keys():
+    config = read_accelerate_config("a.yaml", "compute_environment: LOCAL_MACHINE\n" + FSDP_YAML)
+    assert (config.line, config.offload_params, config.use_orig_params, config.version) == (2, True, False, 2)
+    assert read_accelerate_config("b.yaml", "distributed_type: MULTI_GPU\n") is None
+    assert read_accelerate_config("c.yaml", "model:\n  distributed_type: FSDP\n") is None  # not top level
+    assert read_accelerate_config("d.yaml", "!!python/object/apply:os.system ['x']\ndistributed_type: 'FSDP'\n").line == 2
+
+
+def test_the_only_config_applies_to_the_project_two_do_not(tmp_path):
+    one = _project(tmp_path / "one", {"pyproject.toml": "", "fsdp.yaml": FSDP_YAML, "src/a.py": ""})
+    assert LaunchFinder().for_file(str(one / "src" / "a.py")).source == "fsdp.yaml:1 (distributed_type: FSDP)"
+    two = _project(tmp_path / "two", {"pyproject.toml": "", "fsdp.yaml": FSDP_YAML, "fsdp2.yaml": FSDP_YAML, "a.py": ""})
+    assert LaunchFinder().for_file(str(two / "a.py")) is None
+
+
+def test_a_command_ties_a_config_or_flags_to_its_script(tmp_path):
+    root = _project(tmp_path, {
+        ".git/HEAD": "",
+        "cfg/one.yaml": FSDP_YAML,
+        "cfg/two.yaml": FSDP_YAML,
+        "run.sh": "accelerate launch --config_file cfg/two.yaml train.py\n"
+                  "accelerate launch --use_fsdp --fsdp_offload_params true other.py\n"
+                  "python eval.py --fsdp ''\n",
+        "train.py": "", "other.py": "", "eval.py": "", "util.py": "",
+    })
+    finder = LaunchFinder()
+    assert finder.for_file(str(root / "train.py")).source.startswith("cfg/two.yaml:1")
+    other = finder.for_file(str(root / "other.py"))
+    assert other.offload_params is True and "--use_fsdp" in other.source
+    assert finder.for_file(str(root / "eval.py")) is None
+    assert finder.for_file(str(root / "util.py")) is None  # two configs: neither is the project's
+
+
+def test_a_script_launched_without_fsdp_is_not_given_the_projects_config(tmp_path):
+    root = _project(tmp_path, {"pyproject.toml": "", "fsdp.yaml": FSDP_YAML, "run.sh": "torchrun --nproc_per_node 2 ddp.py\n",
+                               "ddp.py": "", "lib.py": ""})
+    finder = LaunchFinder()
+    assert finder.for_file(str(root / "ddp.py")) is None
+    assert finder.for_file(str(root / "lib.py")) is not None
+
+
+def test_nested_projects_huge_and_unreadable_files(tmp_path):
+    root = _project(tmp_path, {"pyproject.toml": "", "a.py": "", "vendor/pyproject.toml": "", "vendor/fsdp.yaml": FSDP_YAML,
+                               "big.yaml": FSDP_YAML + "# x\n" * 100000, "bad.yaml": "distributed_type: FSDP\n\x00\xff"})
+    (root / "unreadable.sh").write_bytes(b"\xff\xfe accelerate launch x.py")
+    project = read_project(str(root))
+    assert [os.path.basename(p) for p in project.configs] == ["bad.yaml"]  # vendor/ is its own project; big.yaml skipped
+    assert project_root(str(root / "vendor" / "fsdp.yaml")) == str(root / "vendor")
+
+
+def test_no_project_no_launch(tmp_path):
+    (tmp_path / "fsdp.yaml").write_text(FSDP_YAML)
+    (tmp_path / "a.py").write_text("")
+    if project_root(str(tmp_path / "a.py")) is None:
+        assert LaunchFinder().for_file(str(tmp_path / "a.py")) is None
