@@ -83,14 +83,14 @@ def _returns(facts: ModuleFacts, info, call: cst.Call, via, index, depth) -> Sou
     return result
 
 
-def _from_binding(facts: ModuleFacts, binding: Binding, via, depth) -> Sources:
+def _from_binding(facts: ModuleFacts, binding: Binding, via, depth, extra=()) -> Sources:
     if binding.kind != "assign":
         return Sources(complete=False)  # a loop element or a context manager's value
     value = binding.value
     if binding.index is None:
-        return sources(facts, value, binding.ctx, binding.order, via, depth + 1)
+        return sources(facts, value, binding.ctx, binding.order, via, depth + 1, extra)
     if isinstance(value, (cst.Tuple, cst.List)) and binding.index < len(value.elements):
-        return sources(facts, value.elements[binding.index].value, binding.ctx, binding.order, via, depth + 1)
+        return sources(facts, value.elements[binding.index].value, binding.ctx, binding.order, via, depth + 1, extra)
     if isinstance(value, cst.Call):
         infos = called_functions(facts, value, binding.ctx)
         if len(infos) == 1:
@@ -281,5 +281,5 @@ def sources(
         if binding.kind == "event":
             result.found.append(Source(binding.value, binding.ctx, binding.order, via))
             continue
-        result.add(_from_binding(facts, binding, via, depth))
+        result.add(_from_binding(facts, binding, via, depth, extra))
     return result

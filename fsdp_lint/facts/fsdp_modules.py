@@ -445,3 +445,17 @@ __all__ = [
     "FsdpWrap", "FsdpModules", "Origin", "Origins", "WrapConfig", "fsdp_modules", "origins", "wrap_config",
     "offload_call", "other_fsdp_imported", "UNKNOWN",
 ]
+
+
+def fully_sharded(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: int,
+                  fsdp1_too: bool = False) -> Optional[Origin]:
+    """The FSDP2 ``fully_shard`` that the module ``expr`` (used at ``ctx``/``order``) went
+    through, when every construction it may come from is one (none FSDP1, no plain
+    module on some path), also through the callers of a helper taking it as a parameter;
+    None otherwise (precision first: a doubt is no sharding).  The one question the FSDP2
+    API rules ask about a receiver: ``m.no_sync()``, ``m.load_state_dict(...)``,
+    ``copy.deepcopy(m)``.  ``fsdp1_too``: an FSDP1 wrap counts as well (any FSDP)."""
+    found = origins_with_callers(facts, expr, ctx, order)
+    if not found.wraps or (found.fsdp1 and not fsdp1_too) or found.plain:
+        return None
+    return found.wraps[0]

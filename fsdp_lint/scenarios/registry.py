@@ -391,6 +391,43 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         ),),
         hazard="the saved file holds one rank's data only (the other ranks' saves are lost) or does not load",
     ),
+    "FSD109": Scenario(
+        program="fsd109_no_sync_on_fully_shard.py",
+        fixed_by=((
+            "        if i < len(batches) - 1:\n"
+            "            with model.no_sync():\n"
+            "                model(batch).sum().backward()\n"
+            "        else:\n"
+            "            model(batch).sum().backward()\n",
+            "        model.set_requires_gradient_sync(i == len(batches) - 1)\n"
+            "        model(batch).sum().backward()\n",
+        ),),
+        hazard="AttributeError: the FSDP2 module has no attribute 'no_sync'",
+        errors=(r"AttributeError: '\w+' object has no attribute 'no_sync'",),
+    ),
+    "FSD110": Scenario(
+        program="fsd110_plain_state_dict_into_fully_shard.py",
+        fixed_by=((
+            "    model.load_state_dict(torch.load(path))\n",
+            "    set_model_state_dict(model, torch.load(path), options=StateDictOptions(full_state_dict=True))\n",
+        ),),
+        hazard="RuntimeError: Error(s) in loading state_dict (full tensors into DTensor shards), or the values not loaded",
+        errors=(r"RuntimeError: Error\(s\) in loading state_dict", r"got mixed torch\.Tensor and DTensor"),
+        min_ranks=2,
+        ranks_why="on one rank a shard is the whole parameter",
+    ),
+    "FSD111": Scenario(
+        program="fsd111_deepcopy_of_sharded_model.py",
+        fixed_by=((
+            "    fully_shard(model, mesh=mesh)\n"
+            "    ema = copy.deepcopy(model)\n",
+            "    ema = copy.deepcopy(model)\n"
+            "    fully_shard(model, mesh=mesh)\n"
+            "    fully_shard(ema, mesh=mesh)\n",
+        ),),
+        hazard="AssertionError: FSDP does not support deepcopy",
+        errors=(r"FSDP does not support deepcopy",),
+    ),
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:
