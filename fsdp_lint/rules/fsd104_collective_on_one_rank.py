@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from fsdp_lint.facts.collectives import Collective, balanced, torch_collective
+from fsdp_lint.facts.collectives import balanced, framework_call, torch_collective
 from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -134,7 +134,7 @@ No automatic fix: the gathering call has to move before the rank test.
             collective = torch_collective(facts, site)
             if collective is None:
                 words = framework_collective(facts, site)
-                collective = Collective(words) if words else None
+                collective = framework_call(words, site.attr) if words else None
             if collective is None:
                 continue
             guard = rank_guard(facts, site.ctx)
@@ -146,6 +146,6 @@ No automatic fix: the gathering call has to move before the rank test.
             report(
                 site.node,
                 f"{collective.what} called only under the rank test at line {report.row(test)}: the other ranks "
-                "never join and the job hangs; gather on every rank, then save under the rank test",
+                f"never join and the job hangs; {collective.advice}",
                 statement=site.ctx.statement,
             )
