@@ -1,0 +1,53 @@
+"""Messages that must be true: the advice fits the call, and no message claims what the
+rule's own doc (or the measured facts) says does not happen."""
+
+from tests.helpers import lint
+
+
+def _messages(source, code):
+    return [(d.location.row, d.message) for d in lint(source) if d.code == code]
+
+
+def test_fsd104_advice_fits_the_collective():
+    found = _messages('''\
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def save(net, loss, path):
+            model = FSDP(net)
+            if dist.get_rank() == 0:
+                dist.barrier()
+                dist.all_reduce(loss)
+                torch.save(model.state_dict(), path)
+        ''', "FSD104")
+    assert [row for row, _ in found] == [8, 9, 10]
+    for row, message in found[:2]:
+        assert "every rank must call it: move it out of the rank test" in message
+        assert "save" not in message
+    assert "gather on every rank, then save under the rank test" in found[2][1]
+
+
+def test_fsd106_under_a_rank_test_asks_for_the_full_norm_before_the_test():
+    source = '''\
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+
+        def train(model, loader, optimizer):
+            fully_shard(model)
+            for step, batch in enumerate(loader):
+                model(batch).mean().backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                if step % 10 == 0 and dist.get_rank() == 0:
+                    print(grad_norm.item())
+                print(grad_norm.item())
+        '''
+    diagnostics = [d for d in lint(source) if d.code == "FSD106"]
+    guarded, everywhere = diagnostics
+    assert "compute the full norm on every rank before the rank test" in guarded.message
+    assert "call `.full_tensor()` first" not in guarded.message
+    assert guarded.fix is None
+    assert "call `.full_tensor()` first" in everywhere.message
+    assert everywhere.fix is not None
