@@ -51,3 +51,17 @@ def test_fsd106_under_a_rank_test_asks_for_the_full_norm_before_the_test():
     assert guarded.fix is None
     assert "call `.full_tensor()` first" in everywhere.message
     assert everywhere.fix is not None
+
+
+def test_undeclared_latin1_byte_on_line_1_says_not_utf8_with_its_position(cli, tmp_path):
+    path = tmp_path / "train.py"
+    path.write_bytes(b'MODEL = "caf\xe9"  # latin-1, no coding line\nprint(MODEL)\n')
+    result = cli("check", "--no-cache", path)
+    assert result.returncode == 1
+    line = result.stdout.splitlines()[0]
+    assert line.startswith(f"{path}:1:13: FSD902 not valid UTF-8 and no encoding declaration"), line
+    assert "byte 0xe9 at line 1, column 13" in line
+    assert "bad encoding declaration" not in line and "invalid or missing" not in line
+    declared = tmp_path / "declared.py"
+    declared.write_bytes(b"# -*- coding: no-such-codec -*-\nx = 1\n")
+    assert "bad encoding declaration" in cli("check", "--no-cache", declared).stdout
