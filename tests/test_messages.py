@@ -65,3 +65,20 @@ def test_undeclared_latin1_byte_on_line_1_says_not_utf8_with_its_position(cli, t
     declared = tmp_path / "declared.py"
     declared.write_bytes(b"# -*- coding: no-such-codec -*-\nx = 1\n")
     assert "bad encoding declaration" in cli("check", "--no-cache", declared).stdout
+
+
+def test_fsd107_message_says_when_the_cast_fails_as_measured():
+    found = _messages('''\
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def build(net):
+            model = FSDP(net)
+            model.to(torch.bfloat16)
+            return model
+        ''', "FSD107")
+    assert len(found) == 1
+    message = found[0][1]
+    assert "once the model has run a forward, the next forward or state dict fails" in message
+    assert "a cast before any forward happened to run" in message
+    assert "buffers keep the old dtype and the next forward or state dict fails" not in message

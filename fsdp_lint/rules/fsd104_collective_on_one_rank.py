@@ -58,7 +58,10 @@ Collectives:
   `FSDP.optim_state_dict` / `full_optim_state_dict`;
 - `torch.distributed` collectives and barriers on the default group, in a file that wraps
   a model with FSDP itself (a `group=` restricts them; a barrier matched by the same
-  barrier on the other ranks' path, as in the download idiom, is balanced);
+  barrier on the other ranks' path, as in the download idiom, is balanced, pair by pair:
+  by the `else` of the same rank test, or, in order, by another rank test's branch for the
+  other ranks; a balanced pair earlier in the function leaves a later one-rank barrier
+  reported);
 - accelerate (1.15.0): `wait_for_everyone`, `gather`, `gather_for_metrics`, `reduce`,
   `pad_across_processes` always; `get_state_dict`, `save_model`, `save_state`, `load_state`
   when the file configures FSDP (they gather only under FSDP or ZeRO-3);
@@ -114,6 +117,11 @@ state = model.state_dict()
 if dist.get_rank() == 0:
     torch.save(state, "model.pt")
 ```
+
+The message's advice fits the call: a gathering call (state dict, `summon_full_params`,
+`all_gather`, accelerate's `get_state_dict`/`gather`) is to run on every rank with only the
+save under the rank test; a barrier, `all_reduce`, `broadcast` or framework barrier has to
+move out of the rank test.
 
 ## Fix safety
 No automatic fix: the gathering call has to move before the rank test.
