@@ -82,3 +82,28 @@ def test_fsd107_message_says_when_the_cast_fails_as_measured():
     assert "once the model has run a forward, the next forward or state dict fails" in message
     assert "a cast before any forward happened to run" in message
     assert "buffers keep the old dtype and the next forward or state dict fails" not in message
+
+
+def test_rule_page_says_which_path_a_confirmed_verdict_is_for():
+    from fsdp_lint.docs import on_your_torch
+    from fsdp_lint.rules import lookup
+
+    text = on_your_torch(lookup("FSD106"), "2.13.0+cpu")
+    assert "CONFIRMED" in text
+    assert "a CONFIRMED here is for the rule's other paths" in text
+    assert "the `total-norm` path (reported by default" in text and "measured clean" in text
+    # before the fix release the total-norm path is open: no such note
+    assert "total-norm" not in on_your_torch(lookup("FSD106"), "2.9.1")
+
+
+def test_fsd106_rule_command_names_the_path_measured_clean(cli):
+    import pytest
+
+    from fsdp_lint.docs import installed_torch
+    from fsdp_lint.versions import version_tuple
+
+    version = installed_torch()
+    if version is None or version_tuple(version) < (2, 11):
+        pytest.skip("the note is for torch >= 2.11")
+    out = cli("rule", "FSD106").stdout
+    assert "`total-norm` path (reported by default" in out and "measured clean" in out
