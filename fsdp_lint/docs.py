@@ -190,7 +190,29 @@ def on_your_torch(rule, version: Optional[str], records: Optional[List[dict]] = 
     ]
     reproduced = any(result["verdict"] == "CONFIRMED" for _, result in same)
     verdict = "reproduced" if reproduced else "not reproduced"
-    return text + f"The hazard was {verdict} on this version:\n" + "\n".join(lines) + "\n"
+    return text + f"The hazard was {verdict} on this version:\n" + "\n".join(lines) + "\n" + _paths_on(rule, version)
+
+
+def _paths_on(rule, version: str) -> str:
+    """For a rule with paths fixed in some release (``paths_fixed_in``): which of its paths a
+    verdict on ``version`` speaks for, so that a CONFIRMED is not read as confirming a path
+    that was measured clean there."""
+    if not rule.paths_fixed_in:
+        return ""
+    fixed = {path: release for path, release in rule.paths_fixed_in.items()
+             if version_tuple(version) >= version_tuple(release)}
+    if not fixed:
+        return ""
+    lines = []
+    for path, release in sorted(fixed.items()):
+        default = " (reported by default, when no `target-torch-version` is set)" if path in rule.paths_on_by_default \
+            else ""
+        lines.append(f"- the `{path}` path{default} is fixed from torch {release} and was measured clean (the "
+                     "versions are in the doc above): the verdict does not confirm it on this version "
+                     f"(`target-torch-version` {release} or later turns it off)")
+    open_paths = "the rule's other paths" if len(fixed) == len(rule.paths_fixed_in) else \
+        "the paths not listed here"
+    return (f"Which paths: a CONFIRMED here is for {open_paths}, not these:\n" + "\n".join(lines) + "\n")
 
 
 def framework_forms(rule, installed: Optional[dict] = None) -> List[dict]:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+# PEP 263: a comment naming the encoding on line 1 or 2
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+", re.M)
 
 
 class SourceError(Exception):
@@ -48,23 +50,44 @@ def decode_source(raw: bytes, path: str = "<stdin>") -> SourceFile:
     if b"\x00" in raw:
         raise SourceError("binary file (contains NUL bytes), not Python source")
     lines = iter(re.findall(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", raw[:4096]))
+    first_two = re.findall(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", raw[:4096])[:2]
+    declared = any(_CODING.match(line) for line in first_two)
+    bom = raw.startswith(codecs.BOM_UTF8)
+    body = raw[len(codecs.BOM_UTF8):] if bom else raw
     try:
         # PEP 263 looks at the first two lines; split them the way CPython does (\r counts)
         encoding, _ = tokenize.detect_encoding(lambda: next(lines, b""))
     except SyntaxError as exc:
+        if not declared:  # no declaration at all: a byte of the first lines is not UTF-8
+            _not_utf8(body)
         raise SourceError(f"bad encoding declaration: {exc}") from None
-    bom = raw.startswith(codecs.BOM_UTF8)
     if encoding == "utf-8-sig":
         encoding = "utf-8"
-    body = raw[len(codecs.BOM_UTF8):] if bom else raw
     try:
         text = body.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:
+        if isinstance(exc, UnicodeDecodeError) and not declared and encoding == "utf-8":
+            _not_utf8(body)
         row = 1
         if isinstance(exc, UnicodeDecodeError):
             row = body[: exc.start].count(b"\n") + 1
         raise SourceError(f"cannot decode as {encoding}: {exc}", row=row) from None
     return SourceFile(path=path, raw=raw, text=text, encoding=encoding, bom=bom)
+
+
+def _not_utf8(body: bytes) -> None:
+    """Raise the error of a file without an encoding declaration whose bytes are not UTF-8:
+    where the first bad byte is (line and column, counted in characters)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = max(body.rfind(b"\n", 0, exc.start), body.rfind(b"\r", 0, exc.start)) + 1
+        row = len(_NEWLINE.findall(body[:start].decode("utf-8", errors="replace"))) + 1
+        column = len(body[start:exc.start].decode("utf-8", errors="replace")) + 1
+        raise SourceError(
+            f"not valid UTF-8 and no encoding declaration: byte 0x{body[exc.start]:02x} at line {row}, column "
+            f"{column} is not UTF-8 (declare the encoding, e.g. `# -*- coding: latin-1 -*-`, or save the file "
+            "as UTF-8)", row=row, column=column) from None
 
 
 def read_source(path: str) -> SourceFile:

@@ -17,7 +17,7 @@ import pytest
 from fsdp_lint.diagnostics import Diagnostic, Location
 from fsdp_lint.verify.launcher import ProgramOutcome, RankOutcome
 from fsdp_lint.verify.program.evidence import collect
-from fsdp_lint.verify.program.join import CONFIRMED, MISSED, NOT_REACHED, RAN_CLEAN, join
+from fsdp_lint.verify.program.join import CONFIRMED, ERROR, MISSED, NOT_REACHED, RAN_CLEAN, join
 from fsdp_lint.verify.program.options import OptionsError, parse, wants_program
 from fsdp_lint.verify.program.report import RunInfo, exit_status, render, to_sarif
 
@@ -185,6 +185,109 @@ def test_rank_that_exits_early_while_the_other_waits_is_error(cli, tmp_path):
     assert not report["missed"]
 
 
+DIES_AT_THE_WRAP = '''\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = FSDP(model)
+    for _ in range(3):
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+SUMMON_RAISES_ON_ENTRY = '''\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import CPUOffload
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = FSDP(torch.nn.Linear(8, 8), device_id=torch.device("cpu"),
+                 cpu_offload=CPUOffload(offload_params=True))
+    with FSDP.summon_full_params(model):
+        total = sum(p.sum().item() for p in model.parameters())
+    print(total)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+RANK0_HELPER_SUMMON = '''\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def count_params(model):
+    with FSDP.summon_full_params(model, writeback=False):
+        return sum(p.numel() for p in model.parameters())
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = FSDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 2)), device_id=torch.device("cpu"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if rank == 0:
+        print("parameters:", count_params(model))
+    counts = [torch.zeros(1) for _ in range(dist.get_world_size())]
+    dist.all_gather(counts, torch.tensor([128.0]))
+    for _ in range(3):
+        model(torch.randn(4, 64)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program, code, needle, error", [
+    (DIES_AT_THE_WRAP, "FSD101", "optimizer = torch.optim.SGD", "FSDP needs a non-CPU accelerator device"),
+    (SUMMON_RAISES_ON_ENTRY, "FSD001", "with FSDP.summon_full_params(model):",
+     "Cannot access accelerator device when none is available"),
+])
+def test_site_that_ran_but_never_reached_its_window_is_error_not_ran_clean(cli, tmp_path, program, code, needle,
+                                                                           error):
+    path = tmp_path / "train.py"
+    path.write_text(program)
+    status, report, _ = _verify(cli, path, tmp_path / "logs", timeout=60)
+    assert report["job"]["status"] == "ERROR" and error in report["job"]["error"], report["job"]
+    mine = [f for f in report["findings"] if f["code"] == code]
+    assert [f["location"]["row"] for f in mine] == [_line_of(program, needle)]
+    assert mine[0]["verdict"] == "ERROR", mine
+    assert error in mine[0]["evidence"][0] and "never reached" in mine[0]["evidence"][0]
+    assert not [f for f in report["findings"] if f["verdict"] == RAN_CLEAN]
+    assert status == 2
+
+
+@pytest.mark.slow
+def test_rank_divergent_summon_in_a_helper_is_fsd104_missed_not_error(cli, tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(RANK0_HELPER_SUMMON)
+    status, report, _ = _verify(cli, path, tmp_path / "logs", timeout=60)
+    assert report["job"]["status"] == "OK", report["job"]
+    summon = _line_of(RANK0_HELPER_SUMMON, "with FSDP.summon_full_params(model, writeback=False):")
+    assert ("FSD104", summon) in [(m["code"], m["site"]["row"]) for m in report["missed"]], report["missed"]
+    assert status == 1
+
+
 # -- command line ----------------------------------------------------------------------
 
 
@@ -328,6 +431,7 @@ def test_join_verdicts_and_missed(tmp_path):
     rows = [
         {"e": "hazard", "rule": "FSD012", "site": ["/w/a.py", 12], "evidence": "never entered"},
         {"e": "summon_enter", "site": ["/w/a.py", 20], "index": 0},
+        {"e": "summon_exit", "site": ["/w/a.py", 20], "index": 0, "shard_changed": False, "wrote": False},
         {"e": "hazard", "rule": "FSD001", "site": ["/w/b.py", 5], "evidence": "shard changed"},
     ]
     job = collect(_events(tmp_path, {0: rows}), 1)
@@ -344,7 +448,86 @@ def test_join_verdicts_and_missed(tmp_path):
     text = render(v, info, "text")
     assert "FSD012 CONFIRMED" in text and MISSED in text and "b.py:5: FSD001" in text
     assert json.loads(render(v, info, "json"))["summary"] == {
-        CONFIRMED: 1, RAN_CLEAN: 1, NOT_REACHED: 1, MISSED: 1}
+        CONFIRMED: 1, RAN_CLEAN: 1, NOT_REACHED: 1, ERROR: 0, MISSED: 1}
+
+
+def test_ran_clean_needs_the_rules_observation_window(tmp_path):
+    """A site that appears in the events is not RAN CLEAN until the moment its hazard would
+    show was reached: the optimizer's first step (FSD101), the summon block's exit (FSD001,
+    FSD004), three optimizer steps (FSD002), every rank's clip (FSD102)."""
+    crash = {"e": "exception", "rule": None, "site": ["/w/t.py", 10],
+             "message": "RuntimeError: FSDP needs a non-CPU accelerator device, but no accelerator device is detected.",
+             "traceback": "Traceback (most recent call last):\nRuntimeError: FSDP needs a non-CPU accelerator device\n"}
+    rows = [
+        {"e": "optimizer", "site": ["/w/t.py", 9], "kind": "SGD"},
+        {"e": "summon_enter", "site": ["/w/t.py", 20], "index": 0, "options": {"writeback": True}},
+        {"e": "summon_enter", "site": ["/w/t.py", 30], "index": 0, "options": {"writeback": True}},
+        {"e": "summon_exit", "site": ["/w/t.py", 30], "index": 0, "options": {"writeback": True}},  # no checksums
+        {"e": "clip", "site": ["/w/t.py", 40], "index": 0, "sharded": 0, "count": 4},
+        crash,
+    ]
+    findings = [_finding("FSD101", "/w/t.py", 9), _finding("FSD001", "/w/t.py", 20),
+                _finding("FSD004", "/w/t.py", 20), _finding("FSD001", "/w/t.py", 30),
+                _finding("FSD004", "/w/t.py", 30), _finding("FSD002", "/w/t.py", 30),
+                _finding("FSD102", "/w/t.py", 40), _finding("FSD107", "/w/t.py", 10)]
+    job = collect(_events(tmp_path, {0: rows, 1: rows}, exits={0: 1, 1: 1}), 2)
+    assert job.error and "FSDP needs a non-CPU accelerator device" in job.error
+    v = join(findings, job)
+    verdicts = {(r.finding.code, r.finding.location.row): r.verdict for r in v.results}
+    assert verdicts == {
+        ("FSD101", 9): ERROR,  # built, never stepped: the job died at the wrap
+        ("FSD001", 20): ERROR, ("FSD004", 20): ERROR,  # entered, never exited
+        ("FSD001", 30): ERROR,  # exited, but without the shard checksums FSD001 is measured by
+        ("FSD004", 30): RAN_CLEAN,  # the entry validated the options: FSD004's window
+        ("FSD002", 30): ERROR,  # 0 optimizer steps
+        ("FSD102", 40): ERROR,  # no sharded parameters clipped
+        ("FSD107", 10): ERROR,  # the crash line: the layer does not observe FSD107
+    }
+    error = next(r for r in v.results if r.finding.code == "FSD101")
+    assert "first step of the optimizer" in error.evidence[0]
+    assert "FSDP needs a non-CPU accelerator device" in error.evidence[0]
+    text = render(v, RunInfo("t.py", "2.13.0", 2, "gloo", "cpu", str(tmp_path), 1.0), "text")
+    assert "FSD101 ERROR" in text and "FSD101 RAN CLEAN" not in text and "FSD001 RAN CLEAN" not in text
+
+    # the same sites in a job that ended normally before the window: NOT REACHED, said why
+    clean = [row for row in rows if row is not crash] + [{"e": "exit", "code": 0}]
+    v = join(findings[:1], collect(_events(tmp_path, {0: clean, 1: clean}), 2))
+    assert [r.verdict for r in v.results] == [NOT_REACHED]
+    assert "the site ran, but never reached the first step" in v.results[0].evidence[0]
+
+    # and once the windows are reached, RAN CLEAN
+    stepped = [
+        {"e": "optimizer", "site": ["/w/t.py", 9], "kind": "SGD"},
+        {"e": "first_step", "site": ["/w/t.py", 9], "wrapped": True},
+        *_steps(3),
+        {"e": "summon_exit", "site": ["/w/t.py", 30], "index": 0, "shard_changed": False, "wrote": False},
+        {"e": "exit", "code": 0},
+    ]
+    v = join([_finding("FSD101", "/w/t.py", 9), _finding("FSD001", "/w/t.py", 30), _finding("FSD002", "/w/t.py", 30)],
+             collect(_events(tmp_path, {0: stepped, 1: stepped}), 2))
+    assert [r.verdict for r in v.results] == [RAN_CLEAN] * 3
+
+
+def test_gloo_abort_on_a_collective_mismatch_is_explained_by_the_one_rank_collective(tmp_path):
+    """gloo kills the rank that receives a different collective (SIGABRT, its text only in the
+    log); the summon rank 0 alone entered is FSD104, not an unexplained ERROR."""
+    summon = {"e": "summon_enter", "site": ["/w/helpers.py", 7], "index": 0}
+    gather = {"e": "collective", "api": "all_gather", "site": ["/w/t.py", 19], "index": 0}
+    reset = {"e": "exception", "rule": None, "site": ["/w/helpers.py", 7],
+             "message": "RuntimeError: [pair.cc:537] Read error: Connection reset by peer."}
+    outcome = _events(tmp_path, {0: [summon, reset, {"e": "exit", "code": 1}], 1: [gather]})
+    outcome.ranks[0].terminated, outcome.ranks[0].returncode, outcome.ranks[0].signal = True, -15, "SIGTERM"
+    outcome.ranks[1].returncode, outcome.ranks[1].signal = -6, "SIGABRT"
+    (tmp_path / "rank1.log").write_text(
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+        "gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 4290 vs 2. Received data size doesn't "
+        "match expected size. Is there a distributed collective mismatch in your code?\nFatal Python error: Aborted\n")
+    job = collect(outcome, 2)
+    assert job.error is None, job.error
+    assert [end.state for end in job.ranks] == ["terminated", "communication"]
+    v = join([], job)
+    assert ("FSD104", ("/w/helpers.py", 7)) in [(h.rule, h.site) for h in v.missed]
+    assert exit_status(v) == 1
 
 
 def test_sarif_output_is_valid(tmp_path):

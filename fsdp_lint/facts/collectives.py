@@ -48,10 +48,26 @@ FSDP_OPTIM_STATE = frozenset({"optim_state_dict", "full_optim_state_dict", "shar
 _WRAP_WORDS = ("shard", "fsdp", "wrap", "parallelize")
 
 
+GATHER_ADVICE = "gather on every rank, then save under the rank test"
+EVERY_RANK_ADVICE = "every rank must call it: move it out of the rank test"
+# torch.distributed collectives that hand this rank data gathered from every rank: the value
+# can be computed on every rank and then used under the rank test
+DIST_GATHERS = frozenset({"all_gather", "all_gather_into_tensor", "all_gather_object", "gather", "gather_object"})
+# framework methods (``facts.frameworks``) that gather a state dict or tensors; the others
+# (``wait_for_everyone``, ``fabric.barrier``, ``save``/``load``/``save_state``...) synchronise
+FRAMEWORK_GATHERS = frozenset({"get_state_dict", "gather", "gather_for_metrics", "pad_across_processes", "reduce"})
+
+
 @dataclass
 class Collective:
     what: str  # words for the message
     balanced_by: Optional[str] = None  # a torch.distributed collective: its name, matched on other ranks' paths
+    advice: str = GATHER_ADVICE  # what to do instead, fitted to the call
+
+
+def framework_call(words: str, method: str) -> Collective:
+    """A framework call every rank must make (``facts.frameworks.framework_collective``'s words)."""
+    return Collective(words, advice=GATHER_ADVICE if method in FRAMEWORK_GATHERS else "move it out of the rank test")
 
 
 def _model_arg(call: cst.Call) -> Optional[cst.BaseExpression]:
@@ -89,18 +105,43 @@ def _on_subgroup(call: cst.Call, name: str) -> bool:
     return len(positional) > group_position
 
 
+def _rank_side(facts: ModuleFacts, site: CallSite):
+    """(the innermost rank test's ``If``, "one" | "others"): which side of a rank test the
+    call is on; None when no rank test encloses it."""
+    for guard in reversed(site.ctx.guards):
+        branch = one_rank_branch(guard.node.test, facts, site.ctx, guard.order)
+        if branch is not None:
+            return guard.node, ("one" if branch == guard.branch else "others")
+    return None
+
+
 def balanced(facts: ModuleFacts, site: CallSite, qualname: str) -> bool:
-    """The other ranks call the same collective on their own path: another call of it in
-    the same function sits in the branch of a rank test that excludes the one rank
-    (``if local_rank not in (-1, 0): dist.barrier()`` ... ``if local_rank == 0: dist.barrier()``)."""
+    """The other ranks call the same collective on their own path, decided per pair: the
+    call in the ``else`` of the same rank test (``if rank == 0: ...; dist.barrier()``
+    ``else: dist.barrier()``), or, in source order, a call in another rank test's branch
+    that excludes the one rank (``if local_rank not in (-1, 0): dist.barrier()`` ...
+    ``if local_rank == 0: dist.barrier()``).  A call pairs with one call at most: a balanced
+    pair earlier in the function does not balance a later one-rank call."""
+    calls = []
     for other in facts.calls:
-        if other is site or other.ctx.function is not site.ctx.function or facts.qualname(other.node.func) != qualname:
+        if other.ctx.function is not site.ctx.function or facts.qualname(other.node.func) != qualname:
             continue
-        for guard in other.ctx.guards:
-            branch = one_rank_branch(guard.node.test, facts, other.ctx, guard.order)
-            if branch is not None and branch != guard.branch:
-                return True
-    return False
+        side = _rank_side(facts, other)
+        if side is not None:
+            calls.append((other, side[0], side[1]))
+    calls.sort(key=lambda c: c[0].order)
+    paired = set()
+    for one, test, side in calls:  # the if and its else first
+        if side != "one" or id(one) in paired:
+            continue
+        match = next((o for o, t, s in calls if t is test and s == "others" and id(o) not in paired), None)
+        if match is not None:
+            paired.update((id(one), id(match)))
+    ones = [c for c, _t, s in calls if s == "one" and id(c) not in paired]
+    others = [c for c, _t, s in calls if s == "others" and id(c) not in paired]
+    for one, other in zip(ones, others):  # then separate rank tests, in order
+        paired.update((id(one), id(other)))
+    return id(site) in paired
 
 
 def _not_sharded_here(facts: ModuleFacts, expr, site: CallSite) -> bool:
@@ -156,7 +197,9 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
         and qualname.count(".") == 2
         and uses_fsdp(facts)
     ):
-        if _on_subgroup(node, qualname.rsplit(".", 1)[-1]):
+        name = qualname.rsplit(".", 1)[-1]
+        if _on_subgroup(node, name):
             return None  # only the group's members take part
-        return Collective(f"`{qualname.rsplit('.', 1)[-1]}` (a collective)", balanced_by=qualname)
+        return Collective(f"`{name}` (a collective)", balanced_by=qualname,
+                          advice=GATHER_ADVICE if name in DIST_GATHERS else EVERY_RANK_ADVICE)
     return None

@@ -145,6 +145,29 @@ def _expand_dicts(facts: ModuleFacts, site: CallSite):
     return values, False
 
 
+def _other_library(facts: ModuleFacts, expr: cst.BaseExpression) -> bool:
+    qualname = facts.qualname(expr)
+    return qualname is not None and qualname.split(".")[0] not in torch_api.SUMMON_CONTEXT_LIBRARIES
+
+
+def summon_on_other_class(facts: ModuleFacts, func: cst.BaseExpression) -> bool:
+    """``X.summon_full_params`` where name resolution says ``X`` is not an FSDP of torch,
+    fairscale, fairseq or metaseq: a name imported from another library
+    (``from mylib import FSDP``), or a class of this file that derives from none of those
+    libraries' classes (``class FSDP: ...``).  A receiver nothing resolves (an instance,
+    ``self.model``) is not decided here."""
+    if not isinstance(func, cst.Attribute):
+        return False
+    receiver = func.value
+    if _other_library(facts, receiver):
+        return True
+    if isinstance(receiver, cst.Name) and facts.qualname(receiver) is None and receiver.value in facts.classes:
+        bases = facts.classes[receiver.value].bases
+        return not any(facts.qualname(base.value) is not None and not _other_library(facts, base.value)
+                       for base in bases)
+    return False
+
+
 def summon_calls(facts: ModuleFacts) -> List[SummonCall]:
     return facts.cached("summon_calls", _compute)
 

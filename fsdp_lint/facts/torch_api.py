@@ -77,5 +77,9 @@ STATE_DICT_TYPE_METHODS = frozenset(
 STATE_DICT_TYPE_PARAMS = ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config")
 
 
+# the libraries whose FSDP class has a generator-based ``summon_full_params`` context manager
+SUMMON_CONTEXT_LIBRARIES = frozenset({"torch", "fairscale", "fairseq", "metaseq"})
+
+
 def is_summon_qualname(qualname):
     return qualname is not None and any(qualname == f"{cls}.{SUMMON}" for cls in FSDP_CLASS)

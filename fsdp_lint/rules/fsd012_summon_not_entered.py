@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.summon import summon_on_other_class
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -18,7 +19,9 @@ class SummonNotEntered(Rule):
 Checks for a `summon_full_params(...)` call used as a bare expression statement, whatever
 the receiver: torch's `FullyShardedDataParallel.summon_full_params` (class or instance
 form) and the instance methods of fairscale, fairseq and metaseq's FSDP classes are all
-generator-based context managers.
+generator-based context managers. Names resolve through imports: a class of this file
+called `FSDP` (not derived from one of those classes), or an `FSDP` imported from another
+library, is not torch's, and its `summon_full_params` is left alone.
 
 ## Why is this bad?
 `summon_full_params` is a context manager: calling it only builds the generator. Nothing
@@ -52,7 +55,7 @@ No automatic fix: which statements belong inside the block is the author's decis
 
     def check(self, facts, report):
         for site in facts.calls:
-            if site.bare and site.attr == "summon_full_params":
+            if site.bare and site.attr == "summon_full_params" and not summon_on_other_class(facts, site.node.func):
                 report(
                     site.node,
                     "`summon_full_params(...)` is a context manager: called as a statement it gathers "

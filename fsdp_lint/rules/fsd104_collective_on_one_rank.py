@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from fsdp_lint.facts.collectives import DIST_COLLECTIVES, Collective, balanced, torch_collective
+from fsdp_lint.facts.collectives import DIST_COLLECTIVES, balanced, framework_call, torch_collective
 from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -60,7 +60,10 @@ Collectives:
   `FSDP.optim_state_dict` / `full_optim_state_dict`;
 - `torch.distributed` collectives and barriers on the default group, in a file that wraps
   a model with FSDP itself (a `group=` restricts them; a barrier matched by the same
-  barrier on the other ranks' path, as in the download idiom, is balanced);
+  barrier on the other ranks' path, as in the download idiom, is balanced, pair by pair:
+  by the `else` of the same rank test, or, in order, by another rank test's branch for the
+  other ranks; a balanced pair earlier in the function leaves a later one-rank barrier
+  reported);
 - accelerate (1.15.0): `wait_for_everyone`, `gather`, `gather_for_metrics`, `reduce`,
   `pad_across_processes` always; `get_state_dict`, `save_model`, `save_state`, `load_state`
   when the file configures FSDP or the project launches it with FSDP (an accelerate config
@@ -120,6 +123,11 @@ if dist.get_rank() == 0:
     torch.save(state, "model.pt")
 ```
 
+The message's advice fits the call: a gathering call (state dict, `summon_full_params`,
+`all_gather`, accelerate's `get_state_dict`/`gather`) is to run on every rank with only the
+save under the rank test; a barrier, `all_reduce`, `broadcast` or framework barrier has to
+move out of the rank test.
+
 ## Fix safety
 No automatic fix: the gathering call has to move before the rank test.
 
@@ -139,7 +147,7 @@ No automatic fix: the gathering call has to move before the rank test.
             collective = torch_collective(facts, site)
             if collective is None:
                 words = framework_collective(facts, site)
-                collective = Collective(words) if words else None
+                collective = framework_call(words, site.attr) if words else None
             if collective is None:
                 continue
             guard = rank_guard(facts, site.ctx)
@@ -151,6 +159,6 @@ No automatic fix: the gathering call has to move before the rank test.
             report(
                 site.node,
                 f"{collective.what} called only under the rank test at line {report.row(test)}: the other ranks "
-                "never join and the job hangs; gather on every rank, then save under the rank test",
+                f"never join and the job hangs; {collective.advice}",
                 statement=site.ctx.statement,
             )

@@ -114,7 +114,8 @@ logger.info(f"grad_norm: {grad_norm.full_tensor().item():.4f}")
 
 ## Fix safety
 The fix inserts `.full_tensor()` before the read and is unsafe: `.full_tensor()` is a
-collective (every rank must run that line, which a read under a rank test does not), and
+collective (every rank must run that line, which a read under a rank test does not; there
+the message asks for the full norm to be computed on every rank before the test), and
 when no parameter has a gradient `clip_grad_norm_` returns a plain tensor, which has no
 `.full_tensor()`. Reads inside a rank test, or in a statement or under an `if` that
 names a rank (`if not rank:`, `x if rank == 0 else None`), get no fix. A `.to_local()` read
@@ -174,7 +175,8 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
             if what.startswith("the total norm") and read in TOTAL_NORM_READS_FIXED and not self.reports_path("total-norm"):
                 continue
             fix = None
-            if not _maybe_on_some_ranks(facts, site):
+            some_ranks = _maybe_on_some_ranks(facts, site)
+            if not some_ranks:
                 if read == ".to_local()":  # the full tensor is a plain tensor: no .to_local() after it
                     fix = FixProposal(UNSAFE, "Read with `.full_tensor()`", node,
                                       node.with_changes(func=node.func.with_changes(attr=cst.Name("full_tensor"))))
@@ -187,10 +189,14 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
                 when = "reads this rank's local norm on torch <= 2.9 (a _NormPartial DTensor)"
             else:
                 when = "reads this rank's local norm (a _NormPartial DTensor)"
+            if some_ranks:  # .full_tensor() is a collective: under a rank test it would hang
+                advice = ("compute the full norm on every rank before the rank test (`.full_tensor()` is a "
+                          "collective: called under it, the other ranks never join), then read that under the test")
+            else:
+                advice = "call `.full_tensor()` first"
             report(
                 node,
-                f"{what} is a DTensor; `{read}` {when}: the logged norm differs across ranks; call "
-                "`.full_tensor()` first",
+                f"{what} is a DTensor; `{read}` {when}: the logged norm differs across ranks; {advice}",
                 fix,
                 statement=site.ctx.statement,
             )

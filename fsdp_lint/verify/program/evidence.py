@@ -12,7 +12,9 @@ only show across ranks or across steps, and are decided here:
 - FSD102: ``clip_grad_norm_`` over FSDP1 shards: each rank's norm against the norm over
   every rank's shards.
 - FSD104: a collective site that some ranks entered more often than others, while every
-  rank was still running at the end (all hung, or all finished).
+  rank was still running at the end (all hung, or all finished), or ended in a collective
+  (a communication failure, or gloo's abort on a collective mismatch: ``Received data size
+  doesn't match expected size``).
 
 The job's own end: a rank that failed for a reason no hazard explains makes the job ERROR
 (with that rank's traceback); a hang is explained only by an FSD104 hazard.
@@ -28,12 +30,17 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from fsdp_lint.verify.launcher import ProgramOutcome, RankOutcome
+from fsdp_lint.verify.program.windows import observation_windows
 
 Site = Tuple[str, int]
 
+# gloo's own check when two ranks meet in different collectives: it aborts the process
+# (SIGABRT, the text only in the rank's log) or raises
+COLLECTIVE_MISMATCH = re.compile(r"Received data size doesn't match expected size|distributed collective mismatch")
 COMMUNICATION_FAILURE = re.compile(
     r"Connection closed by peer|Connection reset by peer|Timed out waiting for|Watchdog caught collective operation "
-    r"timeout|NCCL (communicator was aborted|error)|ProcessGroupGloo.*(closed|timed out)"
+    r"timeout|NCCL (communicator was aborted|error)|ProcessGroupGloo.*(closed|timed out)|"
+    + COLLECTIVE_MISMATCH.pattern
 )
 TRACEBACK_START = "Traceback (most recent call last):"
 
@@ -62,6 +69,8 @@ class RankEnd:
 class JobEvidence:
     hazards: List[Hazard] = field(default_factory=list)
     reached: Set[Site] = field(default_factory=set)
+    # rule -> sites where the rule's observation window was reached (see ``windows``)
+    windows: Dict[str, Set[Site]] = field(default_factory=dict)
     ranks: List[RankEnd] = field(default_factory=list)
     steps: int = 0
     error: Optional[str] = None  # why the job is ERROR (None: it ran, or only hazards stopped it)
@@ -162,7 +171,8 @@ def collect(outcome: ProgramOutcome, nproc: int) -> JobEvidence:
     _host_memory(events, hazards)
     _local_norms(events, hazards)
     job.ranks = [_rank_end(rank, outcome, events.get(rank.rank, [])) for rank in outcome.ranks]
-    _unmatched_collectives(events, job, hazards, outcome)
+    compared = _unmatched_collectives(events, job, hazards, outcome)
+    job.windows = observation_windows(events, compared)
     job.hazards = list(hazards.by_key.values())
     _judge_job(job, outcome)
     return job
@@ -281,6 +291,10 @@ def _rank_end(rank: RankOutcome, outcome: ProgramOutcome, rows: List[dict]) -> R
             return RankEnd(rank.rank, "communication", text.splitlines()[0] if text else "", row.get("traceback", ""))
         return RankEnd(rank.rank, "exception", text.splitlines()[0] if text else "", row.get("traceback", ""))
     if rank.signal:
+        mismatch = next((line.strip() for line in log.splitlines() if COLLECTIVE_MISMATCH.search(line)), None)
+        if mismatch:  # gloo aborted the process: it met another rank in a different collective
+            return RankEnd(rank.rank, "communication", f"killed by {rank.signal}: {mismatch[-300:]}",
+                           _last_traceback(log))
         return RankEnd(rank.rank, "signal", f"killed by {rank.signal}", _last_traceback(log))
     if last_exit is not None:
         return RankEnd(rank.rank, "exception", f"the program exited with status {last_exit.get('code')}",
@@ -290,11 +304,12 @@ def _rank_end(rank: RankOutcome, outcome: ProgramOutcome, rows: List[dict]) -> R
     return RankEnd(rank.rank, "exception", rank.describe(), _last_traceback(log))
 
 
-def _unmatched_collectives(events, job: JobEvidence, hazards: _Collector, outcome: ProgramOutcome) -> None:
+def _unmatched_collectives(events, job: JobEvidence, hazards: _Collector, outcome: ProgramOutcome) -> bool:
+    """Adds FSD104 hazards; True when the ranks' collective counts could be compared."""
     states = {end.state for end in job.ranks}
     alive_to_the_end = states <= {"hung", "communication", "terminated"} or states <= {"finished", "stopped"}
     if not alive_to_the_end or len(events) < 2:
-        return
+        return False
     counts: Dict[Site, Dict[int, int]] = defaultdict(lambda: defaultdict(int))
     apis: Dict[Site, str] = {}
     for rank, rows in events.items():
@@ -314,6 +329,7 @@ def _unmatched_collectives(events, job: JobEvidence, hazards: _Collector, outcom
         if outcome.timed_out:
             text += "; the job stopped making progress and was killed at the timeout"
         hazards.add("FSD104", site, None, text)
+    return True
 
 
 def _judge_job(job: JobEvidence, outcome: ProgramOutcome) -> None:

@@ -249,6 +249,7 @@ class Layer:
                 result = original(self, *args, **kwargs)
                 if layer.finder.called_from_user(2) and getattr(self, "cpu_offload", None) is not None:
                     if self.cpu_offload.offload_params:
+                        layer.emit("offload_move", site=layer.finder.site(2), api=name)
                         on = sorted({str(p.device) for p in self.parameters() if p.device.type != "cpu"})
                         if on:
                             site = layer.finder.site(2)
@@ -324,6 +325,8 @@ class Layer:
         self.checked_optimizers.add(id(optimizer))
         params = [p for group in optimizer.param_groups for p in group["params"]]
         current = self.current_param_ids()
+        # FSD101's observation window: this optimizer's first step, after a wrap
+        self.emit("first_step", site=self.optimizer_sites.get(id(optimizer)), wrapped=bool(current))
         stale = [
             p for p in params
             if id(p) not in current and id(p) in self.prewrap and self.prewrap[id(p)]() is p

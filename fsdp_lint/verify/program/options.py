@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="fsdp-lint verify --program",
         allow_abbrev=False,
         description="Check a program, run it under torchrun with fsdp-lint's runtime layer, and report for every "
-        "finding whether the job hit it (CONFIRMED / RAN CLEAN / NOT REACHED), and hazards the check missed.",
+        "finding whether the job hit it (CONFIRMED / RAN CLEAN / NOT REACHED / ERROR), and hazards the check missed.",
     )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--program", help="the training script (as for `torchrun train.py`)")

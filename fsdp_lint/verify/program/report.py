@@ -10,10 +10,11 @@ from typing import Optional
 
 from fsdp_lint import __version__
 from fsdp_lint.rules import ALL_RULES
-from fsdp_lint.verify.program.join import CONFIRMED, MISSED, NOT_REACHED, RAN_CLEAN, Verification
+from fsdp_lint.verify.program.join import CONFIRMED, ERROR, MISSED, NOT_REACHED, RAN_CLEAN, Verification
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-SARIF_LEVEL = {CONFIRMED: "error", MISSED: "error", RAN_CLEAN: "note", NOT_REACHED: "note"}
+SARIF_LEVEL = {CONFIRMED: "error", MISSED: "error", ERROR: "warning", RAN_CLEAN: "note", NOT_REACHED: "note"}
+VERDICTS = (CONFIRMED, RAN_CLEAN, NOT_REACHED, ERROR, MISSED)
 
 
 @dataclass
@@ -77,7 +78,7 @@ def render_text(v: Verification, info: RunInfo) -> str:
         for h in v.missed:
             lines.append(f"{_site_text(h.site)}: {h.rule} {MISSED}")
             lines.extend(f"    {line}" for line in h.evidence)
-    counts = ", ".join(f"{v.count(k)} {k.lower()}" for k in (CONFIRMED, RAN_CLEAN, NOT_REACHED, MISSED))
+    counts = ", ".join(f"{v.count(k)} {k.lower()}" for k in VERDICTS)
     lines.append(f"{len(v.results)} finding(s): {counts}.")
     lines.append(f"events and each rank's log: {info.log_dir}{os.sep}")
     return "\n".join(lines)
@@ -123,7 +124,7 @@ def to_json(v: Verification, info: RunInfo) -> dict:
              "verdict": MISSED, "evidence": h.evidence}
             for h in v.missed
         ],
-        "summary": {k: v.count(k) for k in (CONFIRMED, RAN_CLEAN, NOT_REACHED, MISSED)},
+        "summary": {k: v.count(k) for k in VERDICTS},
     }
 
 
