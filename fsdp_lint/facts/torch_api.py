@@ -52,6 +52,9 @@ CLIP_GRAD_NORM = frozenset(
     {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_"}
 )
 NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+# writing an object or state dict to a file
+TORCH_SAVE = frozenset({"torch.save", "torch.serialization.save"})
+SAFETENSORS_SAVE = frozenset({"safetensors.torch.save_file", "safetensors.torch.save_model"})
 OPTIMIZER_PACKAGE = "torch.optim"
 # modules of ``torch.optim`` whose classes take an optimizer, not parameters
 OPTIMIZER_WRAPPER_MODULES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")

@@ -14,8 +14,8 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
-TORCH_SAVE = frozenset({"torch.save", "torch.serialization.save"})
-SAFETENSORS_SAVE = frozenset({"safetensors.torch.save_file", "safetensors.torch.save_model"})
+TORCH_SAVE = torch_api.TORCH_SAVE
+SAFETENSORS_SAVE = torch_api.SAFETENSORS_SAVE
 DISTRIBUTED_SETUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
 _NOT_A_MODEL = re.compile(r"tokenizer|processor|config|feature_extractor|image_processor", re.I)
 

@@ -428,6 +428,19 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         hazard="AssertionError: FSDP does not support deepcopy",
         errors=(r"FSDP does not support deepcopy",),
     ),
+    "FSD112": Scenario(
+        program="fsd112_rank0_save_of_sharded_state_dict.py",
+        fixed_by=((
+            "    if rank == 0:\n"
+            "        torch.save(model.state_dict(), path)\n",
+            "    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))\n"
+            "    if rank == 0:\n"
+            "        torch.save(state, path)\n",
+        ),),
+        hazard="the checkpoint saved on rank 0 holds rank 0's DTensor shards only (local shapes smaller than the parameters)",
+        min_ranks=2,
+        ranks_why="on one rank a shard is the whole parameter",
+    ),
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:
