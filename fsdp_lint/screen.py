@@ -49,9 +49,8 @@ from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
 from fsdp_lint.rules.fsd105_generate_outside_summon import ENTRY_POINTS, INNER
-from fsdp_lint.rules.fsd106_grad_norm_read_per_rank import (
-    BUILTIN_READS, GATHERS, NORM_FUNCTIONS, PASS_THROUGH, READS, TOTAL_NORM,
-)
+from fsdp_lint.facts.dtensors import GATHERS, NORM_FUNCTIONS, PASS_THROUGH, TOTAL_NORM
+from fsdp_lint.rules.fsd106_grad_norm_read_per_rank import BUILTIN_READS, READS
 from fsdp_lint.rules.fsd107_cast_after_wrap import CAST_METHODS, TORCH_DTYPES
 from fsdp_lint.rules.fsd108_save_on_every_rank import DISTRIBUTED_SETUP, SAFETENSORS_SAVE, TORCH_SAVE, SaveOnEveryRank
 
@@ -941,6 +940,8 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
             if _from_fsdp1(s, receiver, call):
                 return True
         if attr in all_methods and attr in _framework_methods(s, call):
+            return True
+        if attr in GATHERS and s.fsdp2_wraps():  # ``facts.dtensors``: a DTensor norm or parameter
             return True
         names = s.callee(call)
         return bool(

@@ -24,6 +24,7 @@ from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
 from fsdp_lint.facts.summon import summon_calls, summons_entering
 from fsdp_lint.facts.values import first_positional, positional_args
+from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_norm, sharded_parameter
 
 DIST_COLLECTIVES = frozenset(
     {
@@ -44,6 +45,9 @@ LIBRARY_GATHERS = frozenset(
         for name in ("gather_cpu_state_dict", "get_full_optimizer_state_dict", "get_full_model_state_dict")
     }
 )
+# DTensor methods that run a collective over the tensor's mesh (facts.dtensors: on a sharded
+# gradient norm or parameter)
+DTENSOR_COLLECTIVES = DTENSOR_GATHERS
 FSDP_OPTIM_STATE = frozenset({"optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict"})
 _WRAP_WORDS = ("shard", "fsdp", "wrap", "parallelize")
 
@@ -183,6 +187,11 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
                            and dotted_name(func.value) in fsdp_modules(facts).fsdp1):
             return Collective("a full FSDP state dict (an all-gather)")
         return None
+    if site.attr in DTENSOR_COLLECTIVES and isinstance(func, cst.Attribute) and not qualname and (
+        sharded_norm(facts, func.value, site) is not None or sharded_parameter(facts, func.value, site)
+    ):
+        return Collective(f"`{site.attr}` of a DTensor (a collective over its mesh)",
+                          advice="compute it on every rank before the rank test, then read the result under it")
     if qualname in LIBRARY_GATHERS:
         return Collective(f"`{site.attr}` (it gathers on every rank)")
     if qualname in torch_api.FULL_STATE_DICT_FUNCTIONS or (

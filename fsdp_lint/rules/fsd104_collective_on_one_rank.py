@@ -58,6 +58,9 @@ Collectives:
   on CPU/gloo, torch 2.13.0);
   `get_model_state_dict` / `get_optimizer_state_dict` / `get_state_dict`;
   `FSDP.optim_state_dict` / `full_optim_state_dict`;
+- DTensor: `.full_tensor()` and `.redistribute(...)` of an FSDP2 gradient norm
+  (`clip_grad_norm_`/`get_total_norm` over a `fully_shard`-ed module's parameters) or of a
+  parameter in a loop over them (`facts.dtensors`): each is a collective over the mesh;
 - `torch.distributed` collectives and barriers on the default group, in a file that wraps
   a model with FSDP itself (a `group=` restricts them; a barrier matched by the same
   barrier on the other ranks' path, as in the download idiom, is balanced, pair by pair:

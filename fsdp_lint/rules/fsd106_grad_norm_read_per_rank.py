@@ -4,30 +4,16 @@ from __future__ import annotations
 
 
 from fsdp_lint.diagnostics import UNSAFE
-from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.dtensors import GATHERS, PASS_THROUGH, bound_source, norm_sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks
-from fsdp_lint.facts.values import bind_arguments
-from fsdp_lint.facts.scopes import latest_binding
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 
 
-TOTAL_NORM = frozenset(
-    {
-        "torch.nn.utils.clip_grad_norm_",
-        "torch.nn.utils.clip_grad.clip_grad_norm_",
-        "torch.nn.utils.get_total_norm",
-        "torch.nn.utils.clip_grad.get_total_norm",
-    }
-)
-NORM_FUNCTIONS = frozenset({"torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm"})
 # reads that turn a DTensor into a plain value on this rank
 READS = frozenset({"item", "tolist", "to_local", "numpy"})
 BUILTIN_READS = frozenset({"float", "int"})
-# methods between the norm and the read that keep it a DTensor
-PASS_THROUGH = frozenset({"detach", "cpu", "float", "double", "mean", "sum", "clone", "squeeze", "to", "cuda"})
-GATHERS = frozenset({"full_tensor", "redistribute"})
 # reads of a Replicate() total norm that give the global value (``.tolist()`` raises instead)
 TOTAL_NORM_READS_FIXED = frozenset({".item()", "float(...)", "int(...)", ".to_local()"})
 
@@ -132,19 +118,9 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
 """
 
     def check(self, facts, report):
-        modules = fsdp_modules(facts)
-        if not modules.fsdp2_wraps:
+        sources, named = norm_sources(facts)
+        if not sources:
             return
-        sources = {}  # id(expr node) -> description; expressions that are a sharded norm
-        named = {}  # binding target -> [(binding, description)]
-        for site in facts.calls:
-            what = self._norm_source(facts, modules, site)
-            if what is None:
-                continue
-            sources[id(site.node)] = what
-        for binding in facts.bindings:
-            if id(binding.value) in sources:
-                named.setdefault(binding.target, []).append(binding)
 
         for site in facts.calls:
             node = site.node
@@ -169,7 +145,7 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
                 name = dotted_name(base)
                 if name is None or name not in named:
                     continue
-                what = self._bound_source(facts, site, name, named, sources)
+                what = bound_source(facts, site, name, named, sources)
                 if what is None:
                     continue
             if what.startswith("the total norm") and read in TOTAL_NORM_READS_FIXED and not self.reports_path("total-norm"):
@@ -200,80 +176,3 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
                 fix,
                 statement=site.ctx.statement,
             )
-
-    # -- sources ------------------------------------------------------------------------
-    def _norm_source(self, facts, modules, site):
-        node = site.node
-        qualname = facts.qualname(node.func)
-        if qualname in TOTAL_NORM:
-            bound, _ = bind_arguments(node.args, ("parameters",))
-            first = bound.get("parameters") or bound.get("tensors")
-            if first is not None and self._from_fsdp2(facts, modules, first.value, site):
-                return f"the total norm from `{dotted_name(site.node.func)}`"
-            return None
-        target = None
-        if qualname in NORM_FUNCTIONS and node.args and node.args[0].keyword is None:
-            target = node.args[0].value
-        elif site.attr == "norm" and isinstance(node.func, cst.Attribute) and qualname is None:
-            target = node.func.value
-        if not (isinstance(target, cst.Attribute) and target.attr.value == "grad"):
-            return None
-        param = dotted_name(target.value)
-        if param is None:
-            return None
-        for loop in site.ctx.loops:
-            loop_node = loop.node
-            if not isinstance(loop_node, cst.For) or param not in self._loop_names(loop_node.target):
-                continue
-            if self._from_fsdp2(facts, modules, loop_node.iter, site):
-                return f"the norm of `{param}.grad`"
-        return None
-
-    @staticmethod
-    def _loop_names(target):
-        if isinstance(target, cst.Name):
-            return {target.value}
-        if isinstance(target, (cst.Tuple, cst.List)):
-            return {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
-        return set()
-
-    def _from_fsdp2(self, facts, modules, expr, site, depth=0) -> bool:
-        """``m.parameters()`` / ``m.named_parameters()`` (or a comprehension or list over it,
-        or a local name bound to one) where ``m`` is sharded by ``fully_shard`` in scope."""
-
-
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
-                and expr.func.attr.value in ("parameters", "named_parameters"):
-            return self._is_fsdp2(modules, dotted_name(expr.func.value), site)
-        if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("list", "tuple") and expr.args:
-            return self._from_fsdp2(facts, modules, expr.args[0].value, site, depth + 1)
-        if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
-            loop = expr.for_in
-            return self._from_fsdp2(facts, modules, loop.iter, site, depth + 1)
-        name = dotted_name(expr)
-        if name is not None and depth < 3:
-            latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
-            if latest is not None and (latest.ctx.function is site.ctx.function or "." in name):
-                return self._from_fsdp2(facts, modules, latest.value, site, depth + 1)
-        return False
-
-    @staticmethod
-    def _is_fsdp2(modules, name, site) -> bool:
-        if name is None:
-            return False
-        for wrap in modules.fsdp2_wraps:
-            if name not in (wrap.target, wrap.wrapped):
-                continue
-            if "." in name or wrap.site.ctx.function is site.ctx.function:
-                return True
-        return False
-
-    @staticmethod
-    def _bound_source(facts, site, name, named, sources):
-        """The latest binding of ``name`` before ``site`` (same function) is a norm source."""
-        latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
-        if latest is None or not (latest.ctx.function is site.ctx.function or "." in name):
-            return None
-        if latest not in named.get(name, ()):
-            return None
-        return sources[id(latest.value)]

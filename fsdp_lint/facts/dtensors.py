@@ -1,0 +1,166 @@
+"""FSDP2 gradient norms: which expressions are a DTensor norm of sharded gradients.
+
+``clip_grad_norm_``/``get_total_norm`` over the parameters of a module sharded with
+``fully_shard`` (``m.parameters()``, a list or comprehension over them, a name bound to
+one), and ``torch.norm(p.grad)``/``p.grad.norm()`` in a loop over such parameters, are
+DTensors (``_NormPartial``, or ``Replicate()`` for the total norm from torch 2.11).
+``norm_sources`` names them once per module: FSD106 reads them (a per-rank read), and the
+collectives fact counts ``.full_tensor()``/``.redistribute()`` on them (a collective).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
+from fsdp_lint.facts.scopes import latest_binding
+from fsdp_lint.facts.values import bind_arguments
+
+TOTAL_NORM = frozenset(
+    {
+        "torch.nn.utils.clip_grad_norm_",
+        "torch.nn.utils.clip_grad.clip_grad_norm_",
+        "torch.nn.utils.get_total_norm",
+        "torch.nn.utils.clip_grad.get_total_norm",
+    }
+)
+NORM_FUNCTIONS = frozenset({"torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm"})
+# methods between the norm and the read that keep it a DTensor
+PASS_THROUGH = frozenset({"detach", "cpu", "float", "double", "mean", "sum", "clone", "squeeze", "to", "cuda"})
+# DTensor methods that run a collective (every rank of the mesh must call them)
+GATHERS = frozenset({"full_tensor", "redistribute"})
+
+
+def norm_sources(facts: ModuleFacts) -> Tuple[Dict[int, str], Dict[str, List[Binding]]]:
+    """(id of each expression that is a sharded norm -> its description, binding target ->
+    the bindings of a name to one), computed once per module."""
+    return facts.cached("dtensor_norm_sources", _compute)
+
+
+def _compute(facts: ModuleFacts):
+    modules = fsdp_modules(facts)
+    sources: Dict[int, str] = {}
+    named: Dict[str, List[Binding]] = {}
+    if not modules.fsdp2_wraps:
+        return sources, named
+    for site in facts.calls:
+        what = _norm_source(facts, modules, site)
+        if what is not None:
+            sources[id(site.node)] = what
+    for binding in facts.bindings:
+        if id(binding.value) in sources:
+            named.setdefault(binding.target, []).append(binding)
+    return sources, named
+
+
+def sharded_norm(facts: ModuleFacts, expr, site: CallSite) -> Optional[str]:
+    """The description of the sharded norm ``expr`` is (itself, or the name it was last
+    bound to before ``site``), after any ``PASS_THROUGH`` methods; None when it is not one."""
+    sources, named = norm_sources(facts)
+    if not sources:
+        return None
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+            and expr.func.attr.value in PASS_THROUGH and id(expr) not in sources:
+        expr = expr.func.value
+    what = sources.get(id(expr))
+    if what is not None:
+        return what
+    name = dotted_name(expr)
+    if name is None or name not in named:
+        return None
+    return bound_source(facts, site, name, named, sources)
+
+
+def sharded_parameter(facts: ModuleFacts, expr, site: CallSite) -> bool:
+    """``expr`` is the loop variable of an enclosing ``for p in m.parameters()`` (or
+    ``for n, p in m.named_parameters()``, a list or comprehension over them) where ``m`` is
+    sharded with ``fully_shard``: a DTensor parameter."""
+    name = dotted_name(expr)
+    if name is None:
+        return False
+    modules = fsdp_modules(facts)
+    if not modules.fsdp2_wraps:
+        return False
+    for loop in site.ctx.loops:
+        node = loop.node
+        if isinstance(node, cst.For) and name in _loop_names(node.target) and _from_fsdp2(facts, modules, node.iter, site):
+            return True
+    return False
+
+
+def _norm_source(facts, modules, site):
+    node = site.node
+    qualname = facts.qualname(node.func)
+    if qualname in TOTAL_NORM:
+        bound, _ = bind_arguments(node.args, ("parameters",))
+        first = bound.get("parameters") or bound.get("tensors")
+        if first is not None and _from_fsdp2(facts, modules, first.value, site):
+            return f"the total norm from `{dotted_name(site.node.func)}`"
+        return None
+    target = None
+    if qualname in NORM_FUNCTIONS and node.args and node.args[0].keyword is None:
+        target = node.args[0].value
+    elif site.attr == "norm" and isinstance(node.func, cst.Attribute) and qualname is None:
+        target = node.func.value
+    if not (isinstance(target, cst.Attribute) and target.attr.value == "grad"):
+        return None
+    param = dotted_name(target.value)
+    if param is None:
+        return None
+    for loop in site.ctx.loops:
+        loop_node = loop.node
+        if not isinstance(loop_node, cst.For) or param not in _loop_names(loop_node.target):
+            continue
+        if _from_fsdp2(facts, modules, loop_node.iter, site):
+            return f"the norm of `{param}.grad`"
+    return None
+
+def _loop_names(target):
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
+    return set()
+
+def _from_fsdp2(facts, modules, expr, site, depth=0) -> bool:
+    """``m.parameters()`` / ``m.named_parameters()`` (or a comprehension or list over it,
+    or a local name bound to one) where ``m`` is sharded by ``fully_shard`` in scope."""
+
+
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+            and expr.func.attr.value in ("parameters", "named_parameters"):
+        return _is_fsdp2(modules, dotted_name(expr.func.value), site)
+    if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("list", "tuple") and expr.args:
+        return _from_fsdp2(facts, modules, expr.args[0].value, site, depth + 1)
+    if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
+        loop = expr.for_in
+        return _from_fsdp2(facts, modules, loop.iter, site, depth + 1)
+    name = dotted_name(expr)
+    if name is not None and depth < 3:
+        latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
+        if latest is not None and (latest.ctx.function is site.ctx.function or "." in name):
+            return _from_fsdp2(facts, modules, latest.value, site, depth + 1)
+    return False
+
+def _is_fsdp2(modules, name, site) -> bool:
+    if name is None:
+        return False
+    for wrap in modules.fsdp2_wraps:
+        if name not in (wrap.target, wrap.wrapped):
+            continue
+        if "." in name or wrap.site.ctx.function is site.ctx.function:
+            return True
+    return False
+
+def bound_source(facts, site, name, named, sources):
+    """The latest binding of ``name`` before ``site`` (same function) is a norm source."""
+    latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
+    if latest is None or not (latest.ctx.function is site.ctx.function or "." in name):
+        return None
+    if latest not in named.get(name, ()):
+        return None
+    return sources[id(latest.value)]
