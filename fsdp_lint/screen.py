@@ -51,7 +51,7 @@ from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, R
 from fsdp_lint.rules.fsd105_generate_outside_summon import ENTRY_POINTS, INNER
 from fsdp_lint.facts.dtensors import GATHERS, NORM_FUNCTIONS, PASS_THROUGH, TOTAL_NORM
 from fsdp_lint.rules.fsd106_grad_norm_read_per_rank import BUILTIN_READS, READS
-from fsdp_lint.rules.fsd107_cast_after_wrap import CAST_METHODS, TORCH_DTYPES
+from fsdp_lint.facts.dtypes import CAST_METHODS, TORCH_DTYPES
 from fsdp_lint.rules.fsd108_save_on_every_rank import DISTRIBUTED_SETUP, SAFETENSORS_SAVE, TORCH_SAVE, SaveOnEveryRank
 
 _WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD

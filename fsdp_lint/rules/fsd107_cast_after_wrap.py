@@ -2,33 +2,12 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts.dtypes import module_casts
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
-from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.rebinding import rebound_between
 from fsdp_lint.facts.scopes import runs_before
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
-
-# nn.Module methods that cast every floating-point parameter
-CAST_METHODS = frozenset({"half", "bfloat16", "float", "double"})
-TORCH_DTYPES = frozenset(
-    f"torch.{name}"
-    for name in ("bfloat16", "float16", "half", "float32", "float", "float64", "double")
-)
-
-
-def _casts_dtype(facts, call) -> bool:
-    """``.to(...)`` with a dtype: ``to(torch.bfloat16)``, ``to(device, torch.float16)``, ``to(dtype=...)``."""
-    for arg in call.args:
-        if arg.star:
-            continue
-        if arg.keyword is not None:
-            if arg.keyword.value == "dtype":
-                return True
-            continue
-        if facts.qualname(arg.value) in TORCH_DTYPES:
-            return True
-    return False
 
 
 class CastAfterWrap(Rule):
@@ -118,17 +97,8 @@ casting before the wrap, or casting the state dict) changes what is trained or s
                 wrapped.append((name, wrap))
         if not wrapped:
             return
-        for site in facts.calls:
-            attr = site.attr
-            if attr not in CAST_METHODS and attr != "to":
-                continue
-            receiver = dotted_name(getattr(site.node.func, "value", None))
-            if receiver is None:
-                continue
-            if attr == "to" and not _casts_dtype(facts, site.node):
-                continue
-            if attr in CAST_METHODS and site.node.args:
-                continue  # Module.half()/bfloat16()/float()/double() take no arguments
+        for cast in module_casts(facts):
+            site, receiver = cast.site, cast.receiver
             for name, wrap in wrapped:
                 if name != receiver:
                     continue

@@ -1,0 +1,97 @@
+"""Module casts and the dtypes they name: ``m.half()``, ``m.bfloat16()``, ``m.to(torch.bfloat16)``,
+``m.to(device, dtype=...)``, and ``from_pretrained(..., torch_dtype=torch.bfloat16)``.
+
+``module_casts`` lists them once per module (FSD107: a cast after a wrap; FSD113: a cast to
+the mixed-precision policy's own ``param_dtype`` before ``fully_shard``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import CallSite, ModuleFacts
+
+# ``Module`` methods that cast every parameter (no arguments)
+CAST_METHODS = frozenset({"half", "bfloat16", "float", "double"})
+TORCH_DTYPES = frozenset(
+    f"torch.{name}"
+    for name in ("bfloat16", "float16", "half", "float32", "float", "float64", "double")
+)
+# one name per dtype
+_CANONICAL = {"torch.half": "torch.float16", "torch.float": "torch.float32", "torch.double": "torch.float64"}
+_METHOD_DTYPE = {"half": "torch.float16", "bfloat16": "torch.bfloat16", "float": "torch.float32", "double": "torch.float64"}
+LOW_PRECISION = frozenset({"torch.float16", "torch.bfloat16"})
+
+
+@dataclass(eq=False)
+class Cast:
+    site: CallSite
+    receiver: str  # the module cast (dotted name)
+    dtype: Optional[str]  # canonical ``torch.<dtype>``; None when not a literal dtype
+
+
+def canonical_dtype(facts: ModuleFacts, expr) -> Optional[str]:
+    """``torch.bfloat16`` for an expression naming a torch dtype (any alias), else None."""
+    qualname = facts.qualname(expr) if expr is not None else None
+    if qualname not in TORCH_DTYPES:
+        return None
+    return _CANONICAL.get(qualname, qualname)
+
+
+def casts_dtype(facts: ModuleFacts, call) -> bool:
+    """``.to(...)`` with a dtype: ``to(torch.bfloat16)``, ``to(device, torch.float16)``, ``to(dtype=...)``."""
+    for arg in call.args:
+        if arg.star:
+            continue
+        if arg.keyword is not None:
+            if arg.keyword.value == "dtype":
+                return True
+            continue
+        if facts.qualname(arg.value) in TORCH_DTYPES:
+            return True
+    return False
+
+
+def _to_dtype(facts: ModuleFacts, call) -> Optional[str]:
+    for arg in call.args:
+        if arg.star:
+            continue
+        if arg.keyword is None or arg.keyword.value == "dtype":
+            found = canonical_dtype(facts, arg.value)
+            if found is not None:
+                return found
+    return None
+
+
+def module_casts(facts: ModuleFacts) -> List[Cast]:
+    return facts.cached("module_casts", _compute)
+
+
+def _compute(facts: ModuleFacts) -> List[Cast]:
+    found: List[Cast] = []
+    for site in facts.calls:
+        attr = site.attr
+        func = site.node.func
+        receiver = dotted_name(getattr(func, "value", None))
+        if receiver is None or (attr not in CAST_METHODS and attr != "to"):
+            continue
+        if attr == "to":
+            if casts_dtype(facts, site.node):
+                found.append(Cast(site, receiver, _to_dtype(facts, site.node)))
+        elif not site.node.args:  # Module.half()/bfloat16()/float()/double() take no arguments
+            found.append(Cast(site, receiver, _METHOD_DTYPE[attr]))
+    return found
+
+
+def loaded_dtype(facts: ModuleFacts, call) -> Optional[str]:
+    """``X.from_pretrained(..., torch_dtype=torch.bfloat16)`` (or ``dtype=``): the dtype the
+    loaded model's weights have; None otherwise."""
+    func = getattr(call, "func", None)
+    if getattr(getattr(func, "attr", None), "value", None) != "from_pretrained":
+        return None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value in ("torch_dtype", "dtype"):
+            return canonical_dtype(facts, arg.value)
+    return None
