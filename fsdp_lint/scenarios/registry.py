@@ -441,6 +441,11 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         min_ranks=2,
         ranks_why="on one rank a shard is the whole parameter",
     ),
+    "FSD113": Scenario(
+        program="fsd113_weights_already_in_param_dtype.py",
+        fixed_by=(("    model = model.to(torch.bfloat16)\n", ""),),
+        hazard="the sharded parameters and the optimizer state are bfloat16 (the policy's fp32 master weights do not exist)",
+    ),
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:

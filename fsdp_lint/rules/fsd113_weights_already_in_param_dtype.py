@@ -1,0 +1,123 @@
+"""FSD113 weights-already-in-param-dtype."""
+
+from __future__ import annotations
+
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.dtypes import LOW_PRECISION, canonical_dtype, loaded_dtype, module_casts
+from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.model import ModuleFacts
+from fsdp_lint.facts.scopes import latest_binding, runs_before
+from fsdp_lint.rules.base import FIX_NEVER, Rule
+
+MIXED_PRECISION_POLICY = frozenset(
+    {
+        "torch.distributed.fsdp.MixedPrecisionPolicy",
+        "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
+        "torch.distributed.fsdp._fully_shard.MixedPrecisionPolicy",
+        "torch.distributed.fsdp._fully_shard._fsdp_api.MixedPrecisionPolicy",
+    }
+)
+
+
+class WeightsAlreadyInParamDtype(Rule):
+    code = "FSD113"
+    name = "weights-already-in-param-dtype"
+    summary = "`fully_shard(m, mp_policy=MixedPrecisionPolicy(param_dtype=bf16))` on weights already cast to bf16: the policy does nothing, the optimizer state is bf16"
+    fix_availability = FIX_NEVER
+    markers = (("MixedPrecisionPolicy",), ("fully_shard",))
+    doc = """\
+## What it does
+Checks for `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=D))` with `D`
+`torch.bfloat16` or `torch.float16`, where `model`'s weights were already cast to `D` before
+the sharding: `model.to(torch.bfloat16)`, `model.bfloat16()`, `model.half()`, or
+`model = X.from_pretrained(..., torch_dtype=torch.bfloat16)`, on a path that reaches the
+`fully_shard` without re-binding `model`.
+
+## Why is this bad?
+FSDP2's mixed precision keeps the sharded parameters in their own dtype and casts to
+`param_dtype` for compute. With the weights already in `D`, the sharded parameters, their
+gradients and the optimizer state are in `D` too: the policy is a no-op and the fp32 master
+weights the user asked for do not exist (the verifier shows the sharded parameters and
+AdamW's `exp_avg` in `torch.bfloat16` on CPU/gloo, torch 2.13.0). Training loses precision
+silently: unstable gradient norms, loss spikes (accelerate#3139, torchtitan#1133, #528,
+verl#6526).
+
+## Example
+```python
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+model = model.to(torch.bfloat16)
+fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+```
+
+## Use instead
+```python
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+```
+
+## Fix safety
+No automatic fix: pure low-precision training can be intended (then suppress with
+`# noqa: FSD113` on the `fully_shard` line); dropping the cast changes memory use.
+
+## References
+- [`MixedPrecisionPolicy`](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
+- huggingface/accelerate#3139, pytorch/torchtitan#1133
+"""
+
+    def check(self, facts, report):
+        for wrap in fsdp_modules(facts).fsdp2_wraps:
+            if wrap.through is not None or wrap.wrapped is None:
+                continue
+            dtype = _policy_dtype(facts, wrap)
+            if dtype not in LOW_PRECISION:
+                continue
+            evidence = _cast_before(facts, wrap, dtype)
+            if evidence is None:
+                continue
+            words, node = evidence
+            report(
+                wrap.site.node,
+                f"`{wrap.wrapped}` is already in {dtype} ({words}, line {report.row(node)}) "
+                f"and the policy's param_dtype is {dtype}: the mixed-precision policy does nothing, the sharded "
+                "parameters, gradients and optimizer state stay low precision; keep the weights in float32 and let "
+                "`MixedPrecisionPolicy` cast for compute",
+                statement=wrap.site.ctx.statement,
+            )
+
+
+def _policy_dtype(facts: ModuleFacts, wrap):
+    arg = wrap.kwargs.get("mp_policy")
+    if arg is None:
+        return None
+    found = sources(facts, arg.value, wrap.site.ctx, wrap.site.order)
+    dtypes = set()
+    for source in found.found:
+        call = source.expr
+        if not isinstance(call, cst.Call) or facts.qualname(call.func) not in MIXED_PRECISION_POLICY:
+            return None
+        param = next((a for a in call.args if a.keyword is not None and a.keyword.value == "param_dtype"), None)
+        dtypes.add(canonical_dtype(facts, param.value) if param is not None else None)
+    return dtypes.pop() if found.complete and len(dtypes) == 1 else None
+
+
+def _cast_before(facts: ModuleFacts, wrap, dtype):
+    name = wrap.wrapped
+    for cast in module_casts(facts):
+        if cast.receiver != name or cast.dtype != dtype or cast.site.ctx.function is not wrap.site.ctx.function:
+            continue
+        if not runs_before(facts, cast.site.ctx, cast.site.done, wrap.site.ctx, wrap.site.order):
+            continue
+        if any(b.target == name and cast.site.order < b.order < wrap.site.order and b.value is not cast.site.node
+               for b in facts.bindings):
+            continue  # ``model`` is bound to something else between (``model = model.to(...)`` is the cast itself)
+        return f"`{facts.module.code_for_node(cast.site.node)}`", cast.site.node
+    latest = latest_binding(facts, name, wrap.site.ctx, wrap.site.order)
+    if latest is not None and isinstance(latest.value, cst.Call) and loaded_dtype(facts, latest.value) == dtype:
+        return "`from_pretrained(..., torch_dtype=...)`", latest.value
+    return None
