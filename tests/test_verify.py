@@ -54,8 +54,8 @@ def _wait_for(predicate, what, bound=300.0):
 
 
 @pytest.mark.slow
-def test_verify_every_rule_on_cpu(cli, tmp_path):
-    result = cli("verify", "--format", "json", "--log-dir", tmp_path)
+def test_verify_every_rule_on_cpu(verify_every_rule_on_cpu):
+    result, tmp_path = verify_every_rule_on_cpu.result, verify_every_rule_on_cpu.log_dir  # run once per session
     assert result.returncode in (0, 1), result.stderr
     data = json.loads(result.stdout)
     assert data["torch"] == torch.__version__ and data["backend"] == "gloo"
