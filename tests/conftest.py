@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -24,3 +25,32 @@ def run_cli(*args, cwd=None, input=None):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+class VerifyRun:
+    """One finished ``fsdp-lint verify --format json --log-dir LOG_DIR`` run: its process
+    result, its JSON and its logs, judged by every test that needs those programs' results."""
+
+    def __init__(self, result, log_dir: Path):
+        self.result = result
+        self.log_dir = log_dir
+        self.data = json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
+
+    def rows(self, codes=None, forms=None):
+        """(code, form) -> result row, for ``codes`` and ``forms`` (None: all)."""
+        assert self.data is not None, self.result.stderr
+        return {
+            (r["code"], r["form"]): r for r in self.data["results"]
+            if (codes is None or r["code"] in codes) and (forms is None or r["form"] in forms)
+        }
+
+
+@pytest.fixture(scope="session")
+def verify_every_rule_on_cpu(tmp_path_factory):
+    """``fsdp-lint verify`` of every rule and every form on CPU/gloo with 2 ranks, run once per
+    test session (each of its programs is a torchrun job): tests/test_verify.py judges the
+    whole run, tests/test_verify_nodes.py compares two nodes' verdicts with its FSD004 and
+    FSD102 rows, tests/test_verify_frameworks.py judges its framework forms."""
+    pytest.importorskip("torch")
+    log_dir = tmp_path_factory.mktemp("verify-every-rule")
+    return VerifyRun(run_cli("verify", "--format", "json", "--log-dir", log_dir), log_dir)

@@ -120,6 +120,38 @@ def test_hang_evidence_names_where_each_rank_waits(tmp_path):
         "rank 1 `model(batch).sum().backward()` (line 5) -> blocked in torch.distributed _reduce_scatter_base"
     ]
     assert j.judge(scenario, hung, outcome(ok(0), ok(1))).verdict == j.CONFIRMED
+    # stopped early by the launcher's progress watch: the evidence says so, not "the timeout"
+    early = outcome(*ranks, timed_out=True)
+    early.program, early.timeout, early.hang_decided = str(program), 60, "no rank progressed for 5 s"
+    assert j.hazard_evidence(scenario, early) == [
+        "hang, no rank progressed for 5 s: "
+        "rank 0 `state = model.state_dict()` (line 4) -> state_dict -> blocked in torch.distributed "
+        "all_gather_into_tensor; "
+        "rank 1 `model(batch).sum().backward()` (line 5) -> blocked in torch.distributed _reduce_scatter_base"
+    ]
+    assert j.judge(scenario, early, outcome(ok(0), ok(1))).verdict == j.CONFIRMED
+
+
+def test_a_rank_waits_in_torch_distributed_only_where_its_main_thread_does():
+    from fsdp_lint.verify.stacks import all_dumps, waits_in_torch_distributed
+
+    def dump(*frames, current=True):
+        head = "Current thread" if current else "Thread"
+        return (f"{head} 0x00007f1 (most recent call first):\n"
+                + "".join(f'  File "{f}", line 3 in fn\n' for f in frames)
+                + '  File "<string>", line 5 in <module>\n\n')
+
+    c10d = "/v/lib/torch/distributed/distributed_c10d.py"
+    fsdp = "/v/lib/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py"
+    side = "Thread 0x00007f2 (most recent call first):\n" + f'  File "{c10d}", line 9 in barrier\n\n'
+    assert waits_in_torch_distributed("log line\n" + dump(c10d, "/w/prog.py"))
+    assert waits_in_torch_distributed(dump(fsdp, "/w/prog.py"))  # a work object's wait()
+    assert not waits_in_torch_distributed(dump("/w/prog.py"))  # time.sleep, input(): not a peer
+    assert not waits_in_torch_distributed(dump("/v/lib/torch/distributed/checkpoint/filesystem.py", "/w/p.py"))
+    assert not waits_in_torch_distributed(side)  # only a side thread waits: the main thread's place is unknown
+    assert not waits_in_torch_distributed(dump(c10d, "/w/p.py") + "more output\n" + dump("/w/p.py"))  # the last one
+    assert not waits_in_torch_distributed("no dump at all\n")
+    assert len(all_dumps(dump(c10d) + "x\n" + dump(c10d, current=False) + side)) == 2
 
 
 def test_writeback_cost_on_gpu_is_judged_by_its_ratio():

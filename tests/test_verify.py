@@ -8,6 +8,7 @@ generous (they only stop a broken run from hanging the suite).
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -53,8 +54,8 @@ def _wait_for(predicate, what, bound=300.0):
 
 
 @pytest.mark.slow
-def test_verify_every_rule_on_cpu(cli, tmp_path):
-    result = cli("verify", "--format", "json", "--log-dir", tmp_path)
+def test_verify_every_rule_on_cpu(verify_every_rule_on_cpu):
+    result, tmp_path = verify_every_rule_on_cpu.result, verify_every_rule_on_cpu.log_dir  # run once per session
     assert result.returncode in (0, 1), result.stderr
     data = json.loads(result.stdout)
     assert data["torch"] == torch.__version__ and data["backend"] == "gloo"
@@ -68,9 +69,10 @@ def test_verify_every_rule_on_cpu(cli, tmp_path):
     assert (tmp_path / "FSD001" / "flagged" / "rank0.log").exists()
     assert (tmp_path / "FSD001" / "fixed" / "rank1.log").exists()
     by_code = {r["code"]: r for r in data["results"] if r["form"] == ""}
-    # FSD104: where each rank waits, from its stack at the timeout
+    # FSD104: where each rank waits, from its stack when the launcher saw that no rank
+    # progressed (long before the scenario's 60 s timeout)
     hang = by_code["FSD104"]["flagged"]
-    assert hang.startswith("hang at the 60 s timeout: rank 0 `"), hang
+    assert re.match(r"hang, no rank progressed for \d+ s: rank 0 `", hang), hang
     assert hang.count("-> blocked in torch.distributed ") == 2, hang  # both ranks' stacks
     # evidence is the exception line, never a warning
     assert "Warning" not in by_code["FSD004"]["flagged"]
@@ -141,6 +143,8 @@ def _program(tmp_path, body):
 
 @pytest.mark.slow
 def test_hang_is_killed_at_the_timeout_with_each_ranks_stack(tmp_path):
+    """Ranks that sleep use no CPU, but they wait for no peer: the progress watch (which
+    looks after 2 quiet seconds here) must leave them to the timeout."""
     program = _program(
         tmp_path,
         "open(os.path.join(logs, f'started{rank}'), 'w').close()\n"
@@ -148,13 +152,61 @@ def test_hang_is_killed_at_the_timeout_with_each_ranks_stack(tmp_path):
         "    time.sleep(600)\n"
         "wait_forever()\n",
     )
-    outcome = launch(program, str(tmp_path / "logs"), nproc=2, timeout=60)
-    assert outcome.timed_out
+    outcome = launch(program, str(tmp_path / "logs"), nproc=2, timeout=30, quiet=2.0)
+    assert outcome.timed_out and outcome.hang_decided == "the 30 s timeout"
+    assert outcome.seconds >= 30
     assert all(r.hung for r in outcome.ranks)
-    scenario = Scenario(program="x", hazard="hang", hang_is_hazard=True, timeout=60)
+    assert outcome.ranks[0].describe() == "hung, killed at the timeout"
+    scenario = Scenario(program="x", hazard="hang", hang_is_hazard=True, timeout=30)
     assert judge_mod.hazard_evidence(scenario, outcome) == [
-        "hang at the 60 s timeout: rank 0 `time.sleep(600)` (line 9); rank 1 `time.sleep(600)` (line 9)"
+        "hang at the 30 s timeout: rank 0 `time.sleep(600)` (line 9); rank 1 `time.sleep(600)` (line 9)"
     ]
+
+
+@pytest.mark.slow
+def test_a_rank_waiting_for_a_busy_peer_is_not_hung(tmp_path):
+    """A rank blocked in a collective while its peer computes (first in its own process, then
+    in a child process) for longer than the quiet window: the job runs to its end."""
+    program = _program(
+        tmp_path,
+        "import json, subprocess\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "BUSY = 'import time\\nend = time.monotonic() + 8\\nwhile time.monotonic() < end:\\n    pass\\n'\n"
+        "if rank == 0:\n"
+        "    exec(BUSY)\n"
+        "dist.barrier()\n"
+        "if rank == 1:\n"
+        "    subprocess.run([sys.executable, '-c', BUSY], check=True)\n"
+        "dist.barrier()\n"
+        "json.dump({'hazard': False}, open(os.path.join(logs, f'rank{rank}.json'), 'w'))\n"
+        "dist.destroy_process_group()\n",
+    )
+    outcome = launch(program, str(tmp_path / "logs"), nproc=2, timeout=300, quiet=2.0)
+    assert not outcome.timed_out and outcome.clean, outcome.describe()
+    assert outcome.hang_decided == ""
+
+
+@pytest.mark.slow
+def test_ranks_blocked_in_a_collective_are_stopped_before_the_timeout(tmp_path):
+    """Each rank waits to receive from the other: no rank can progress.  Stopped once none
+    did for the quiet window, with both stacks, long before the timeout."""
+    program = _program(
+        tmp_path,
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.zeros(4)\n"
+        "dist.recv(t, src=1 - rank)\n",
+    )
+    outcome = launch(program, str(tmp_path / "logs"), nproc=2, timeout=300)
+    assert outcome.timed_out and outcome.early_hang, outcome.describe()
+    assert re.fullmatch(r"no rank progressed for \d+ s", outcome.hang_decided)
+    assert outcome.seconds < 300
+    assert all(r.hung and r.describe() == f"hung, stopped after {outcome.hang_decided}" for r in outcome.ranks)
+    scenario = Scenario(program="x", hazard="hang", hang_is_hazard=True, timeout=300)
+    where = "`dist.recv(t, src=1 - rank)` (line 10) -> blocked in torch.distributed recv"
+    assert judge_mod.hazard_evidence(scenario, outcome) == [
+        f"hang, {outcome.hang_decided}: rank 0 {where}; rank 1 {where}"]
 
 
 @pytest.mark.slow

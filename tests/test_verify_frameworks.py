@@ -35,16 +35,18 @@ def _cpu_forms():
 
 
 @pytest.mark.slow
-def test_cpu_runnable_framework_forms_are_confirmed(cli, tmp_path):
+def test_cpu_runnable_framework_forms_are_confirmed(verify_every_rule_on_cpu):
+    """Judged on the session's run of every rule and form (``verify_every_rule_on_cpu``):
+    its rows of these forms are what ``verify FSD101 FSD104 --form fabric-fsdp2`` gives."""
     wanted = _cpu_forms()
     assert wanted == ["fabric-fsdp2"]
     _needs(*wanted)
-    args = [arg for form in wanted for arg in ("--form", form)]
-    result = cli("verify", *CODES, *args, "--format", "json", "--log-dir", tmp_path)
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    rows = {(r["code"], r["form"]): r for r in data["results"]}
+    run = verify_every_rule_on_cpu
+    result, tmp_path, data = run.result, run.log_dir, run.data
+    assert data is not None, result.stderr
+    rows = run.rows(codes=CODES, forms=wanted)
     assert set(rows) == {(code, form) for code in CODES for form in wanted}
+    # every row CONFIRMED: what exit status 0 of a run of only these forms says
     assert {key: r["verdict"] for key, r in rows.items()} == dict.fromkeys(rows, "CONFIRMED"), data
     assert data["packages"]["lightning"] == "2.6.6"
     assert rows[("FSD101", "fabric-fsdp2")]["flagged"] == "ranks 0, 1: 0/6 parameters changed by 3 optimizer steps"

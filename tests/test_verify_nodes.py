@@ -1,6 +1,6 @@
 """Several nodes through torchrun's own rendezvous: two agents on 127.0.0.1 form a 2-node,
 1-process-per-node gloo job, each started by its own ``fsdp-lint verify``; their verdicts
-are the single-node run's."""
+are the single-node run's (the session's run of every rule, ``verify_every_rule_on_cpu``)."""
 
 import json
 import socket
@@ -42,7 +42,7 @@ def _verdicts(stdout):
 
 
 @pytest.mark.slow
-def test_two_nodes_give_the_single_node_verdicts(tmp_path, cli):
+def test_two_nodes_give_the_single_node_verdicts(tmp_path, verify_every_rule_on_cpu):
     port = _free_ports(2 * len(RULES))
     agents = []
     for node in (0, 1):
@@ -60,9 +60,9 @@ def test_two_nodes_give_the_single_node_verdicts(tmp_path, cli):
         for agent in agents:
             if agent.poll() is None:
                 agent.kill()
-    single = cli("verify", *RULES, "--format", "json", "--log-dir", tmp_path / "single")
-    expected = _verdicts(single.stdout)
-    assert expected == {"FSD004": "CONFIRMED", "FSD102": "CONFIRMED"}, single.stderr
+    single = verify_every_rule_on_cpu  # the same programs on one node, 2 ranks
+    expected = {code: row["verdict"] for (code, _), row in single.rows(codes=RULES).items()}
+    assert expected == {"FSD004": "CONFIRMED", "FSD102": "CONFIRMED"}, single.result.stderr
     for node, (out, err) in enumerate(outputs):
         assert agents[node].returncode == 0, err
         data = json.loads(out)

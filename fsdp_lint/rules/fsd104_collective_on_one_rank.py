@@ -89,10 +89,11 @@ must take part. Called on one rank, that rank waits for the others forever: the 
 until the backend timeout (30 minutes by default), or fails later in a mismatched
 collective (measured on CPU/gloo, torch 2.13.0).
 
-The verifier shows where each rank waits: at its timeout every rank's stack is dumped
-(`faulthandler`) and read back. The hang need not be where the rank test is: on CPU/gloo a
-`state_dict()` on rank 0 can pair its all-gathers with the other rank's next forward, and the
-ranks then block in different collectives of the training step.
+The verifier shows where each rank waits: every rank's stack is dumped (`faulthandler`) and
+read back once the job is stuck (on CPU, when no rank has progressed for a few seconds and
+each waits in `torch.distributed`; elsewhere at its timeout). The hang need not be where the
+rank test is: on CPU/gloo a `state_dict()` on rank 0 can pair its all-gathers with the other
+rank's next forward, and the ranks then block in different collectives of the training step.
 
 The framework forms are verified by their own scenarios, each the framework's call under
 the rank test: `FSD104 (fabric-fsdp2)` (`fabric.save` on global rank 0 with

@@ -55,7 +55,8 @@ FABRIC_FSDP_NEEDS_A_GPU = (
 ONE_RANK_HANG = "a collective on one rank only hangs when there is a peer to wait for"
 HANG_ERRORS = (r"(Connection closed by peer|Connection reset by peer|Timed out waiting for|"
                r"Watchdog caught collective operation timeout)",)
-HANG = ("the job hangs: at the timeout each rank's stack (faulthandler) shows the collective it is blocked in; "
+HANG = ("the job hangs: once it is stuck (on CPU: no rank progressed for a few seconds; else at the timeout) "
+        "each rank's stack (faulthandler) shows the collective it is blocked in; "
         "or a rank fails in a mismatched collective")
 
 SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {

@@ -91,8 +91,9 @@ def hazard_evidence(scenario: Scenario, outcome: ProgramOutcome) -> List[str]:
 
 
 def hang_evidence(outcome: ProgramOutcome) -> str:
-    """``hang at the 60 s timeout: rank 0 `state = model.state_dict()` (line 15) -> blocked in
-    torch.distributed all_gather_into_tensor; rank 1 ...`` from each rank's stack dump."""
+    """``hang, no rank progressed for 5 s: rank 0 `state = model.state_dict()` (line 15) ->
+    blocked in torch.distributed all_gather_into_tensor; rank 1 ...`` from each rank's stack
+    dump (``hang at the 60 s timeout: ...`` when the timeout decided)."""
     where = []
     for rank in outcome.ranks:
         if not rank.hung:
@@ -100,8 +101,8 @@ def hang_evidence(outcome: ProgramOutcome) -> str:
             continue
         at = blocked_at(rank.log_text(), outcome.program)
         where.append(f"rank {rank.rank} {at}" if at else f"rank {rank.rank} hung (no stack dumped)")
-    seconds = f"{outcome.timeout:.0f} s " if outcome.timeout else ""
-    return f"hang at the {seconds}timeout: " + "; ".join(where)
+    words = outcome.hang_words()
+    return (f"hang {words}: " if words.startswith("at ") else f"hang, {words}: ") + "; ".join(where)
 
 
 def _step_time(outcome: ProgramOutcome) -> Optional[float]:

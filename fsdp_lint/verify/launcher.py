@@ -11,6 +11,17 @@ gets SIGUSR1 (its stack is dumped into its log), then the whole group SIGTERM, t
 SIGKILL, so a hung collective never outlives the verifier.  The same stop happens when the
 verifier itself is interrupted (Ctrl-C, SIGTERM): the exception goes on after the stop.
 
+A hang is also found before the timeout, on CPU (gloo) and one node, where it can be proved
+(``ProgressWatch``): every local rank that is still alive has used less than 2% of a CPU
+for ``QUIET_WINDOW`` seconds (its whole process tree, every thread, from ``/proc``), no
+thread of it is in uninterruptible I/O or stopped, and its stack dump shows its main thread
+waiting inside ``torch.distributed``.  A gloo collective's work is done by the CPUs of
+these processes: with every rank waiting in one and none computing, none can ever return.
+The job is then stopped as at the timeout, and the outcome says which of the two decided
+(``ProgramOutcome.hang_decided``).  Without ``/proc``, on GPUs (a rank may wait on its GPU
+with an idle CPU) or over several nodes (the other nodes' ranks are not visible here), only
+the timeout decides.
+
 ``probe`` asks an interpreter what its torch is (version, build, CUDA devices) in a child
 process: the verifier's own process never imports torch.
 """
@@ -28,10 +39,22 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fsdp_lint.verify.logs import failure_line
+from fsdp_lint.verify.stacks import all_dumps, waits_in_torch_distributed
 
 # NVLink multicast stays off: a program that uses it can take a shared host's GPUs down.
 SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 DUMP_MARK = "(most recent call first)"
+
+# Early hang detection (``ProgressWatch``).  A rank blocked in a gloo collective uses about
+# 0.5% of a CPU (torch's background threads: measured 1 clock tick per ~2 s on torch 2.13);
+# a rank doing any work, even on an oversubscribed machine, uses many times 2%.  Five
+# seconds of that quiet is many scheduler periods: a runnable rank starved of the CPU shows
+# in state R and in its clock ticks long before.  The stack check makes a quiet rank that
+# sleeps, reads a file or waits for anything other than a peer never count as hung.
+QUIET_WINDOW = 5.0
+QUIET_CPU_SHARE = 0.02
+POLL_SECONDS = 0.5
+MAX_PROBES = 3  # stack dumps of a quiet job that turned out not to be hung: then only the timeout
 
 # Run by each interpreter: its torch, and the versions of the distributions named in argv
 # (the scenarios' ``packages``) from package metadata, without importing anything of fsdp-lint.
@@ -103,9 +126,10 @@ class RankOutcome:
     returncode: Optional[int] = None  # None: no record (killed before it could write one)
     signal: Optional[str] = None
     terminated: bool = False  # ended by the launcher (another rank failed, or the timeout)
-    hung: bool = False  # still running at the timeout
+    hung: bool = False  # still running when the hang was decided (the timeout, or no progress)
     report: Optional[dict] = None
     log_path: str = ""
+    hung_why: str = "killed at the timeout"  # how it was stopped, when hung
 
     def log_text(self) -> str:
         try:
@@ -116,7 +140,7 @@ class RankOutcome:
 
     def describe(self) -> str:
         if self.hung:
-            return "hung, killed at the timeout"
+            return f"hung, {self.hung_why}"
         if self.signal and not self.terminated:
             return f"killed by {self.signal}"
         if self.terminated:
@@ -138,6 +162,20 @@ class ProgramOutcome:
     seconds: float = 0.0
     launcher_error: Optional[str] = None
     timeout: float = 0.0
+    # how a hang (``timed_out``) was decided: "the 60 s timeout", or "no rank progressed for 5 s"
+    hang_decided: str = ""
+
+    @property
+    def early_hang(self) -> bool:
+        """Stopped as hung before the timeout (``ProgressWatch``)."""
+        return self.timed_out and self.hang_decided.startswith("no rank progressed")
+
+    def hang_words(self) -> str:
+        """``at the 60 s timeout`` or ``no rank progressed for 5 s``: what stopped a hung job."""
+        if self.early_hang:
+            return self.hang_decided
+        seconds = f"{self.timeout:.0f} s " if self.timeout else ""
+        return f"at the {seconds}timeout"
 
     @property
     def clean(self) -> bool:
@@ -208,7 +246,10 @@ def launch(
     topology: Optional[Topology] = None,
     index: int = 0,
     tag: str = "",
+    quiet: float = QUIET_WINDOW,
 ) -> ProgramOutcome:
+    """Run ``program`` under torchrun until it ends, ``timeout`` seconds pass, or (CPU, one
+    node, ``quiet`` > 0) it is proved hung after ``quiet`` seconds without progress."""
     os.makedirs(log_dir, exist_ok=True)
     python = python or sys.executable
     topology = topology or Topology(nproc=nproc)
@@ -232,24 +273,186 @@ def launch(
         except OSError as exc:
             outcome.launcher_error = f"cannot start torchrun: {exc}"
             return outcome
+        watch = None
+        if quiet and device == "cpu" and not topology.multi_node and ProgressWatch.available():
+            watch = ProgressWatch(log_dir, _local_ranks(log_dir, topology), quiet)
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            outcome.timed_out = True
-            deadline = time.time()
-            dump_stacks(log_dir)
-            stop_group(proc)
+            hang = _wait(proc, start + timeout, watch, log_dir)
+            if hang is not None:
+                outcome.timed_out = True
+                outcome.hang_decided = hang or f"the {timeout:.0f} s timeout"
+                deadline = time.time()
+                if not hang:  # at the timeout; a hang found early has its stacks already
+                    dump_stacks(log_dir)
+                stop_group(proc)
         except BaseException:  # Ctrl-C, SIGTERM: no torchrun job or rank outlives the verifier
             stop_group(proc)
             raise
     outcome.seconds = time.monotonic() - start
     for rank in _local_ranks(log_dir, topology):
         outcome.ranks.append(_rank_outcome(log_dir, rank, deadline))
+        if outcome.early_hang:
+            outcome.ranks[-1].hung_why = f"stopped after {outcome.hang_decided}"
     if not outcome.timed_out and all(r.returncode is None for r in outcome.ranks):
         with open(os.path.join(log_dir, "launcher.log"), encoding="utf-8", errors="replace") as handle:
             tail = [line for line in handle.read().splitlines() if line.strip()][-3:]
         outcome.launcher_error = f"torchrun exited {proc.returncode} before any rank ran: " + " | ".join(tail)
     return outcome
+
+
+def _wait(proc: subprocess.Popen, end: float, watch: Optional["ProgressWatch"], log_dir: str) -> Optional[str]:
+    """Wait for torchrun to exit: None when it did; "" at the timeout (``end``, monotonic);
+    how the hang was decided when ``watch`` proved it earlier."""
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return ""
+        try:
+            proc.wait(timeout=min(POLL_SECONDS, left) if watch else left)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        if watch is None:
+            continue
+        quiet = watch.quiet_for(time.monotonic())
+        if quiet is None:
+            continue
+        dump_stacks(log_dir)
+        if watch.confirmed():
+            return f"no rank progressed for {quiet:.0f} s"
+        watch.not_hung(time.monotonic())
+
+
+class ProgressWatch:
+    """Decides, from ``/proc``, whether a CPU job's local ranks have stopped making progress.
+
+    ``quiet_for(now)`` says for how long every live rank has been quiet (less than
+    ``QUIET_CPU_SHARE`` of a CPU over its process tree, no thread in state D or T), once that
+    is at least the window and every rank has started; the launcher then dumps the stacks
+    and ``confirmed()`` checks that every live rank's main thread waits in torch.distributed.
+    A quiet job that is not hung (sleeping, reading) backs off: the window doubles, and after
+    ``MAX_PROBES`` the timeout alone decides."""
+
+    def __init__(self, log_dir: str, ranks: Sequence[int], window: float = QUIET_WINDOW):
+        self.log_dir = log_dir
+        self.ranks = list(ranks)
+        self.window = window
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self.samples: Dict[int, List[Tuple[float, int]]] = {}
+        self.first: Dict[int, int] = {}
+        self.probes = 0
+        self.alive: List[int] = []
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            return os.path.isdir("/proc/self/task") and os.sysconf("SC_CLK_TCK") > 0
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def quiet_for(self, now: float) -> Optional[float]:
+        if self.probes >= MAX_PROBES:
+            return None
+        alive = []
+        for rank in self.ranks:
+            if os.path.exists(os.path.join(self.log_dir, f"rank{rank}.exit.json")):
+                self.samples.pop(rank, None)
+                continue
+            pid = _read_pid(os.path.join(self.log_dir, f"rank{rank}.pid"))
+            if pid is None:  # not started yet: nothing to judge
+                self.samples.clear()
+                return None
+            usage = _tree_usage(pid)
+            if usage is None:  # ending now: its exit record follows
+                self.samples.clear()
+                return None
+            ticks, busy = usage
+            self.first.setdefault(rank, ticks)
+            history = self.samples.setdefault(rank, [])
+            if busy:  # doing I/O or stopped: not waiting on a peer
+                history.clear()
+            history.append((now, ticks))
+            while len(history) > 1 and history[1][0] <= now - self.window:
+                history.pop(0)
+            alive.append(rank)
+        self.alive = alive
+        if not alive or not any(self.samples[r][-1][1] > self.first[r] for r in alive):
+            return None  # no rank left to wait, or none past its start
+        allowed = QUIET_CPU_SHARE * self.window * self.hz
+        quiet = []
+        for rank in alive:
+            (since, ticks), (_, last) = self.samples[rank][0], self.samples[rank][-1]
+            if now - since < self.window or last - ticks >= allowed:
+                return None
+            quiet.append(now - since)
+        return min(quiet)
+
+    def confirmed(self) -> bool:
+        """Every rank alive when the stacks were asked for is still alive and waits in a
+        torch.distributed call (its last stack dump)."""
+        for rank in self.alive:
+            if os.path.exists(os.path.join(self.log_dir, f"rank{rank}.exit.json")):
+                return False
+            try:
+                with open(os.path.join(self.log_dir, f"rank{rank}.log"), encoding="utf-8", errors="replace") as handle:
+                    text = handle.read()
+            except OSError:
+                return False
+            if not waits_in_torch_distributed(text):
+                return False
+        return True
+
+    def not_hung(self, now: float) -> None:
+        self.probes += 1
+        self.window *= 2
+        for history in self.samples.values():
+            del history[:-1]
+
+
+def _tree_usage(pid: int) -> Optional[Tuple[int, bool]]:
+    """(clock ticks used by ``pid`` and its descendants, every thread; whether any thread of
+    them is in uninterruptible I/O or stopped), or None when ``pid`` is gone."""
+    children: Dict[int, List[int]] = {}
+    stats: Dict[int, List[str]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(f"/proc/{name}/stat")
+        if fields is None:
+            continue
+        stats[int(name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(name))
+    if pid not in stats or stats[pid][0] == "Z":
+        return None
+    ticks, busy, todo = 0, False, [pid]
+    while todo:
+        current = todo.pop()
+        fields = stats.get(current)
+        if fields is None:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime + stime: every thread of the process
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            tasks = []
+        for task in tasks:
+            state = _stat_fields(f"/proc/{current}/task/{task}/stat")
+            if state is not None and state[0] in ("D", "T", "t"):
+                busy = True
+        todo.extend(children.get(current, []))
+    return ticks, busy
+
+
+def _stat_fields(path: str) -> Optional[List[str]]:
+    """The fields of a ``/proc/.../stat`` after the command name (state first)."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    _, _, rest = text.rpartition(")")
+    fields = rest.split()
+    return fields if len(fields) > 12 else None
 
 
 def _local_ranks(log_dir: str, topology: Topology) -> List[int]:
@@ -285,24 +488,27 @@ def dump_stacks(log_dir: str, wait: float = 10.0) -> None:
         pid = _read_pid(os.path.join(log_dir, name))
         if pid is None or os.path.exists(os.path.join(log_dir, f"rank{match.group(1)}.exit.json")):
             continue
+        path = os.path.join(log_dir, f"rank{match.group(1)}.log")
+        before = _dumps(path)
         try:
             os.kill(pid, signal.SIGUSR1)
         except OSError:
             continue
-        waiting.append(os.path.join(log_dir, f"rank{match.group(1)}.log"))
+        waiting.append((path, before))
     end = time.monotonic() + wait
     while waiting and time.monotonic() < end:
-        waiting = [path for path in waiting if not _has_dump(path)]
+        waiting = [(path, before) for path, before in waiting if _dumps(path) <= before]
         if waiting:
             time.sleep(0.2)
 
 
-def _has_dump(path: str) -> bool:
+def _dumps(path: str) -> int:
+    """How many stack dumps the log holds (a job can be asked more than once)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return DUMP_MARK in handle.read()
+            return len(all_dumps(handle.read()))
     except OSError:
-        return False
+        return 0
 
 
 def stop_group(proc: subprocess.Popen) -> None:

@@ -94,6 +94,7 @@ def _program_entry(outcome) -> dict:
     return {
         "seconds": round(outcome.seconds, 2),
         "timed_out": outcome.timed_out,
+        "hang_decided": outcome.hang_decided or None,
         "launcher_error": outcome.launcher_error,
         "ranks": [_rank_entry(rank) for rank in outcome.ranks],
     }

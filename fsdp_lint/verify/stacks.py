@@ -32,6 +32,12 @@ class Frame:
 
 def last_dump(text: str) -> List[List[Frame]]:
     """The threads of the last faulthandler dump in ``text`` (innermost frame first)."""
+    dumps = all_dumps(text)
+    return dumps[-1] if dumps else []
+
+
+def all_dumps(text: str) -> List[List[List[Frame]]]:
+    """Every faulthandler dump in ``text``, oldest first: each a list of threads."""
     dumps: List[List[List[Frame]]] = []
     threads: Optional[List[List[Frame]]] = None
     for line in text.splitlines():
@@ -49,7 +55,7 @@ def last_dump(text: str) -> List[List[Frame]]:
             threads = None
     if threads:
         dumps.append(threads)
-    return dumps[-1] if dumps else []
+    return dumps
 
 
 def _source_line(path: str, line: int) -> str:
@@ -66,6 +72,29 @@ def _source_line(path: str, line: int) -> str:
 def _is_distributed(frame: Frame) -> bool:
     path = frame.file.replace(os.sep, "/")
     return "/torch/distributed/" in path
+
+
+def _main_thread(threads: List[List[Frame]]) -> Optional[List[Frame]]:
+    """The thread that runs the program: its outermost frame is the rank shim's ``python -c``
+    boot code (``File "<string>", line 5 in <module>``)."""
+    return next((t for t in threads if t and t[-1].file == "<string>" and t[-1].func == "<module>"), None)
+
+
+# torch.distributed code that can wait on something other than a peer rank: file storage of
+# distributed checkpoints, the elastic agent's machinery.
+_NOT_PEER_WAITS = ("/torch/distributed/checkpoint/", "/torch/distributed/elastic/")
+
+
+def waits_in_torch_distributed(text: str) -> bool:
+    """Whether the last stack dump in a rank's log shows its main thread inside a
+    torch.distributed call (its innermost Python frame is torch.distributed code that waits
+    on other ranks: a collective, a process group's store, a work object)."""
+    threads = last_dump(text)
+    main = _main_thread(threads)
+    if not main:
+        return False
+    path = main[0].file.replace(os.sep, "/")
+    return "/torch/distributed/" in path and not any(part in path for part in _NOT_PEER_WAITS)
 
 
 def blocked_at(text: str, program: str) -> Optional[str]:

@@ -76,6 +76,7 @@ class JobEvidence:
     error: Optional[str] = None  # why the job is ERROR (None: it ran, or only hazards stopped it)
     error_traceback: str = ""
     stacks: List[str] = field(default_factory=list)  # stack dump files of a stopped job
+    hang_decided: str = ""  # a hung job: "the 600 s timeout" or "no rank progressed for 5 s"
     notes: List[str] = field(default_factory=list)
 
 
@@ -271,6 +272,8 @@ def _rank_end(rank: RankOutcome, outcome: ProgramOutcome, rows: List[dict]) -> R
     exceptions = [row for row in rows if row.get("e") == "exception"]
     log = rank.log_text()
     if rank.hung:
+        if outcome.early_hang:
+            return RankEnd(rank.rank, "hung", f"blocked in torch.distributed, {outcome.hang_decided}")
         return RankEnd(rank.rank, "hung", "still running at the timeout")
     if stopped:
         return RankEnd(rank.rank, "stopped", "stopped by --steps")
@@ -326,7 +329,9 @@ def _unmatched_collectives(events, job: JobEvidence, hazards: _Collector, outcom
         text = (f"`{apis[site]}` (a collective) entered "
                 + ", ".join(f"{n} time(s) by rank {r}" for r, n in zip(ranks, numbers))
                 + ": the other ranks never joined")
-        if outcome.timed_out:
+        if outcome.early_hang:
+            text += f"; the job stopped making progress ({outcome.hang_decided}) and was stopped"
+        elif outcome.timed_out:
             text += "; the job stopped making progress and was killed at the timeout"
         hazards.add("FSD104", site, None, text)
     return True
@@ -339,6 +344,7 @@ def _judge_job(job: JobEvidence, outcome: ProgramOutcome) -> None:
         if hazard.rule == "FSD003":
             freed_ranks |= hazard.ranks
     if outcome.timed_out:
+        job.hang_decided = outcome.hang_decided
         for end in job.ranks:
             path = os.path.join(outcome.log_dir, f"rank{end.rank}.stacks.txt")
             if os.path.exists(path) and os.path.getsize(path) > 0:
@@ -363,7 +369,8 @@ def _judge_job(job: JobEvidence, outcome: ProgramOutcome) -> None:
     end = failures[0]
     ended = [f"rank {e.rank} ({e.detail})" for e in job.ranks if e.state in ("finished", "stopped")]
     if end.state == "hung":
-        reason = "stopped making progress (killed at the timeout) and no collective was entered by only some ranks"
+        how = f"{job.hang_decided}; stopped then" if job.hang_decided.startswith("no rank") else "killed at the timeout"
+        reason = f"stopped making progress ({how}) and no collective was entered by only some ranks"
         if ended:
             reason += "; " + ", ".join(ended) + " had already ended"
     elif end.state == "communication":

@@ -17,7 +17,7 @@ What is observed:
   model's current ones; every step (the step counter, ``--steps``).
 - ``clip_grad_norm_`` over FSDP1 sharded parameters: this rank's norm.
 - collectives called from the user's code (``torch.distributed``, FSDP state dicts,
-  summons): which site each rank entered; a SIGTERM (the verifier's timeout) dumps every
+  summons): which site each rank entered; a SIGTERM (the verifier stopping a hung job) dumps every
   thread's stack (``faulthandler``) to ``rank<N>.stacks.txt``.
 - ``.cuda()``/``.to()`` of an FSDP module that offloads its parameters to the CPU.
 - any exception that ends the program, with its innermost user frame.

@@ -51,7 +51,9 @@ def job_summary(v: Verification, info: RunInfo) -> str:
             ("stopped",): f"stopped by --steps after {job.steps} optimizer step(s)",
         }.get(tuple(states))
         if how is None:
-            ends = {"hazard": "raised", "terminated": "stopped by torchrun", "hung": "hung, killed at the timeout",
+            hung = (f"hung, stopped after {job.hang_decided}" if job.hang_decided.startswith("no rank")
+                    else "hung, killed at the timeout")
+            ends = {"hazard": "raised", "terminated": "stopped by torchrun", "hung": hung,
                     "communication": "failed in a collective", "signal": "killed by a signal"}
             how = "ended early on the hazard(s) below (" + ", ".join(
                 f"rank {end.rank}: {ends.get(end.state, end.state)}" for end in job.ranks) + ")"
@@ -68,7 +70,8 @@ def render_text(v: Verification, info: RunInfo) -> str:
     for note in v.job.notes:
         lines.append(f"note: {note}")
     if v.job.stacks:
-        lines.append("stacks of every rank at the timeout: " + ", ".join(v.job.stacks))
+        when = "when it stopped" if v.job.hang_decided.startswith("no rank") else "at the timeout"
+        lines.append(f"stacks of every rank {when}: " + ", ".join(v.job.stacks))
     for r in v.results:
         f = r.finding
         lines.append(f"{_path(f.filename)}:{f.location.row}:{f.location.column}: {f.code} {r.verdict} {f.message}")
@@ -104,6 +107,7 @@ def to_json(v: Verification, info: RunInfo) -> dict:
             "optimizer_steps": job.steps,
             "ranks": [{"rank": e.rank, "end": e.state, "detail": e.detail} for e in job.ranks],
             "stacks": job.stacks,
+            "hang_decided": job.hang_decided or None,
             "notes": job.notes,
         },
         "findings": [
