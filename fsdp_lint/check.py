@@ -18,7 +18,9 @@ from typing import Deque, Dict, List, Optional, Sequence, Type
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
 from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, error_diagnostic, gate_on, lint_text, wanted_rules
+from fsdp_lint.engine import (
+    INTERNAL_ERROR, IO_ERROR, cpython_syntax_error, error_diagnostic, gate_on, lint_text, names_a_topic, wanted_rules,
+)
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.rules import for_target, select_rules
@@ -187,8 +189,8 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
     clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
     wanted = wanted_rules(source.text, rules)
-    if not wanted:
-        return FileReport(source.path)
+    if not wanted and not names_a_topic(source.text, rules):
+        return FileReport(source.path)  # names nothing a rule is about: never parsed
     key = _cache_key(source, rules, settings)
     if key is not None:
         hit = settings.cache.get(key, source.path)
@@ -196,11 +198,16 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
             return FileReport(source.path, hit)
     if not ast_stage or not gate_on():
         return None
-    if not confirmed_live_rules(source.text, wanted):
-        if key is not None:
-            settings.cache.put(key, [])
-        return FileReport(source.path)
-    return None
+    if not wanted:
+        # it names a topic but no rule wants it: clean unless CPython cannot parse it,
+        # in which case libcst decides (FSD900, or newer syntax libcst accepts)
+        if cpython_syntax_error(source.text) is not None:
+            return None
+    elif confirmed_live_rules(source.text, wanted):
+        return None
+    if key is not None:
+        settings.cache.put(key, [])
+    return FileReport(source.path)
 
 
 def process_file(path: str, settings: Settings) -> FileReport:

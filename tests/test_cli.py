@@ -244,3 +244,36 @@ def test_output_piped_into_a_reader_that_leaves_early_ends_quietly(command):
     stderr = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+FSDP_IMPORT = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+# body -> CPython's (line, column, message) for FSDP_IMPORT + body (``ast.parse`` on 3.11+)
+BROKEN = {
+    "unclosed.py": ("x = (1,\n 2\ny = 3\n", 2, 5, "'(' was never closed"),
+    "dedent.py": ("if True:\n        x = 1\n    y = 2\n", 4, 10, "unindent does not match any outer indentation level"),
+    "print2.py": ('print "hello"\n', 2, 1, "Missing parentheses in call to 'print'. Did you mean print(...)?"),
+    "bad_def.py": ("def f(:\n    pass\n", 2, 7, "invalid syntax"),
+}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("cache", [True, False])
+def test_file_naming_fsdp_that_does_not_parse_gets_cpythons_fsd900(cli, tmp_path, jobs, cache):
+    """A file that names something a rule is about (here only the FSDP import: no rule's
+    every marker group) and that CPython cannot parse is never clean: FSD900 at CPython's
+    line and column, with CPython's message.  A file naming nothing is not parsed."""
+    for name, (body, *_) in BROKEN.items():
+        (tmp_path / name).write_text(FSDP_IMPORT + body)
+    (tmp_path / "no_topic.py").write_text("def f(:\n    pass\n")
+    extra = ["--cache-dir", str(tmp_path / "cache")] if cache else ["--no-cache"]
+    for _ in range(2 if cache else 1):  # the second run reads the cache
+        result = cli("check", "--format", "json", "-j", jobs, *extra, tmp_path)
+        assert result.returncode == 1, result.stderr
+        found = {
+            Path(d["filename"]).name: (d["location"]["row"], d["location"]["column"], d["message"])
+            for d in json.loads(result.stdout)
+        }
+        assert found == {
+            name: (row, column, f"syntax error, file not checked: {message}")
+            for name, (_, row, column, message) in BROKEN.items()
+        }
