@@ -13,7 +13,7 @@ import multiprocessing
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Sequence, Type
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Type
 
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
@@ -289,7 +289,9 @@ def _collect(submitted, settings: Settings, reports: List[FileReport], retry: Li
     reports.append(report)
 
 
-def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[FileReport]:
+def run_files(
+    paths: Sequence[str], settings: Settings, jobs: int = 1, progress: Optional[Callable[[int], None]] = None
+) -> List[FileReport]:
     """Read every file once; files the cheap stages settle are answered at once.  With
     ``jobs`` > 1 the rest (files whose markers match) are handed to worker processes as
     soon as they are found, so the ``ast`` stage and libcst's parse run in parallel and
@@ -298,8 +300,8 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
     dies (a crash in native code) breaks the pool; its files are retried one process each,
     so the file that crashes is named in an FSD901 diagnostic and every other file still
     gets its answer.  An interruption (``Interrupted``, any exception) stops the workers at
-    once and propagates."""
-    reports: List[FileReport] = []
+    once and propagates.  ``progress`` is told how many files are answered, as they are."""
+    reports: _Reports = _Reports(progress)
     pending: List[SourceFile] = []
     pool = None
     futures: Deque = deque()
@@ -347,8 +349,22 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
     finally:
         if pool is not None:
             pool.shutdown()
-    reports.extend(process_source(source, settings) for source in pending)
-    return reports
+    for source in pending:
+        reports.append(process_source(source, settings))
+    return list(reports)
+
+
+class _Reports(list):
+    """The reports of a run, telling ``progress`` their number as each arrives."""
+
+    def __init__(self, progress: Optional[Callable[[int], None]]):
+        super().__init__()
+        self._progress = progress
+
+    def append(self, report: FileReport) -> None:
+        super().append(report)
+        if self._progress is not None:
+            self._progress(len(self))
 
 
 def process_stdin(data: bytes, filename: str, settings: Settings) -> FileReport:

@@ -16,6 +16,7 @@ from fsdp_lint.engine import IO_ERROR, error_diagnostic
 from fsdp_lint.files import NOT_PYTHON, discover, matches_any
 from fsdp_lint.interrupt import Interrupted, handlers
 from fsdp_lint.output import FORMATS, render
+from fsdp_lint.output.progress import Progress
 from fsdp_lint.rules import UnknownRuleError, matching
 
 
@@ -159,10 +160,13 @@ def _run_check(argv: Sequence[str]) -> int:
         if not found.files and not found.problems:
             _warn("No Python files found under the given path(s)")
         jobs = args.jobs or os.cpu_count() or 1
+        progress = Progress(len(found.files), sys.stderr)
         try:
-            reports = run_files(found.files, settings, jobs=max(1, jobs))
+            reports = run_files(found.files, settings, jobs=max(1, jobs), progress=progress.update)
         except ConfigError as exc:
             return _error(str(exc))
+        finally:
+            progress.finish()
         problems = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
     _show_notes(finder)
     diagnostics = problems + [d for report in reports for d in report.diagnostics]
