@@ -435,5 +435,5 @@ def test_without_pygls_the_server_says_what_to_install(tmp_path):
     result = subprocess.run([sys.executable, "-m", "fsdp_lint", "server"], env=env, capture_output=True, text=True,
                             stdin=subprocess.DEVNULL)
     assert result.returncode == 2
-    assert "pip install 'fsdp-lint[server]'" in result.stderr
+    assert "pip install '.[server]' in the fsdp-lint clone" in result.stderr
     assert result.stdout == ""

@@ -23,7 +23,7 @@ from fsdp_lint.verify.program.options import program_parser, wants_program
 from fsdp_lint.verify.scenario import label
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-INSTALL_HINT = "install it with: pip install 'fsdp-lint[verify]' (or pip install torch)"
+INSTALL_HINT = "install it with: pip install '.[verify]' in the fsdp-lint clone (or pip install torch)"
 PLAIN_FORM = "torch"  # how --form names the plain torch form (form "" in the registry)
 
 def _parser() -> argparse.ArgumentParser:
