@@ -13,12 +13,14 @@ import multiprocessing
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Sequence, Type
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Type
 
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
 from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, error_diagnostic, gate_on, lint_text, wanted_rules
+from fsdp_lint.engine import (
+    INTERNAL_ERROR, IO_ERROR, cpython_syntax_error, error_diagnostic, gate_on, lint_text, names_a_topic, wanted_rules,
+)
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.launch import Launch, LaunchFinder
@@ -196,8 +198,8 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
     clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
     wanted = wanted_rules(source.text, rules, settings.launch_for(source.path))
-    if not wanted:
-        return FileReport(source.path)
+    if not wanted and not names_a_topic(source.text, rules):
+        return FileReport(source.path)  # names nothing a rule is about: never parsed
     key = _cache_key(source, rules, settings)
     if key is not None:
         hit = settings.cache.get(key, source.path)
@@ -205,11 +207,16 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
             return FileReport(source.path, hit)
     if not ast_stage or not gate_on():
         return None
-    if not confirmed_live_rules(source.text, wanted):
-        if key is not None:
-            settings.cache.put(key, [])
-        return FileReport(source.path)
-    return None
+    if not wanted:
+        # it names a topic but no rule wants it: clean unless CPython cannot parse it,
+        # in which case libcst decides (FSD900, or newer syntax libcst accepts)
+        if cpython_syntax_error(source.text) is not None:
+            return None
+    elif confirmed_live_rules(source.text, wanted):
+        return None
+    if key is not None:
+        settings.cache.put(key, [])
+    return FileReport(source.path)
 
 
 def process_file(path: str, settings: Settings) -> FileReport:
@@ -291,7 +298,9 @@ def _collect(submitted, settings: Settings, reports: List[FileReport], retry: Li
     reports.append(report)
 
 
-def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[FileReport]:
+def run_files(
+    paths: Sequence[str], settings: Settings, jobs: int = 1, progress: Optional[Callable[[int], None]] = None
+) -> List[FileReport]:
     """Read every file once; files the cheap stages settle are answered at once.  With
     ``jobs`` > 1 the rest (files whose markers match) are handed to worker processes as
     soon as they are found, so the ``ast`` stage and libcst's parse run in parallel and
@@ -300,8 +309,8 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
     dies (a crash in native code) breaks the pool; its files are retried one process each,
     so the file that crashes is named in an FSD901 diagnostic and every other file still
     gets its answer.  An interruption (``Interrupted``, any exception) stops the workers at
-    once and propagates."""
-    reports: List[FileReport] = []
+    once and propagates.  ``progress`` is told how many files are answered, as they are."""
+    reports: _Reports = _Reports(progress)
     pending: List[SourceFile] = []
     pool = None
     futures: Deque = deque()
@@ -349,8 +358,22 @@ def run_files(paths: Sequence[str], settings: Settings, jobs: int = 1) -> List[F
     finally:
         if pool is not None:
             pool.shutdown()
-    reports.extend(process_source(source, settings) for source in pending)
-    return reports
+    for source in pending:
+        reports.append(process_source(source, settings))
+    return list(reports)
+
+
+class _Reports(list):
+    """The reports of a run, telling ``progress`` their number as each arrives."""
+
+    def __init__(self, progress: Optional[Callable[[int], None]]):
+        super().__init__()
+        self._progress = progress
+
+    def append(self, report: FileReport) -> None:
+        super().append(report)
+        if self._progress is not None:
+            self._progress(len(self))
 
 
 def process_stdin(data: bytes, filename: str, settings: Settings) -> FileReport:

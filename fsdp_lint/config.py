@@ -7,6 +7,7 @@ unsafe-fixes, target-torch-version.  Command-line options win over the file.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
 import re
@@ -83,7 +84,9 @@ def parse_table(path: str, table: dict, root: str) -> Config:
     config = Config(path=path, root=root)
     for key, value in table.items():
         if key not in KEYS:
-            raise _fail(path, key, f"unknown key; allowed: {', '.join(KEYS)}")
+            close = difflib.get_close_matches(key, KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise _fail(path, key, f"unknown key; {hint}allowed: {', '.join(KEYS)}")
         if key in ("select", "extend-select", "ignore"):
             setattr(config, key.replace("-", "_"), _validate_selectors(path, key, value))
         elif key in ("exclude", "extend-exclude"):
@@ -108,8 +111,23 @@ def parse_table(path: str, table: dict, root: str) -> Config:
     return config
 
 
-def load(path: str) -> Optional[Config]:
-    """The config in ``path`` (a pyproject.toml), or None when it has no [tool.fsdp-lint] table."""
+def misnamed_tables(path: str, data: dict) -> List[str]:
+    """Warnings for tables that look meant for fsdp-lint but are not read
+    (``[tool.fsdp_lint]``, ``[tool.fsdplint]``, a top-level ``[fsdp-lint]``)."""
+    found = []
+    tool = data.get("tool")
+    for prefix, table in (("tool.", tool if isinstance(tool, dict) else {}), ("", data)):
+        for name in table:
+            if prefix and name == TABLE:
+                continue
+            if difflib.get_close_matches(name.lower(), [TABLE], n=1, cutoff=0.8):
+                found.append(f"{path}: [{prefix}{name}] is not read: the table is named [tool.{TABLE}]")
+    return found
+
+
+def load(path: str, notes: Optional[List[str]] = None) -> Optional[Config]:
+    """The config in ``path`` (a pyproject.toml), or None when it has no [tool.fsdp-lint] table.
+    Warnings (a misnamed table) are added to ``notes``."""
     try:
         with open(path, "rb") as handle:
             data = tomllib.load(handle)
@@ -117,7 +135,10 @@ def load(path: str) -> Optional[Config]:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    table = data.get("tool", {}).get(TABLE)
+    if notes is not None:
+        notes.extend(misnamed_tables(path, data))
+    tool = data.get("tool", {})
+    table = tool.get(TABLE) if isinstance(tool, dict) else None
     if table is None:
         return None
     if not isinstance(table, dict):
@@ -130,9 +151,17 @@ class ConfigFinder:
 
     def __init__(self, explicit: Optional[str] = None):
         self._cache: Dict[str, Config] = {}
-        self._explicit = load(explicit) if explicit else None
+        self.notes: List[str] = []  # warnings met so far (a misnamed table), for the caller to show
+        self._shown = 0
+        self._explicit = load(explicit, self.notes) if explicit else None
         if explicit and self._explicit is None:
             self._explicit = Config(path=explicit, root=os.path.dirname(os.path.abspath(explicit)))
+
+    def new_notes(self) -> List[str]:
+        """The warnings not asked for yet (each is shown once)."""
+        fresh = self.notes[self._shown :]
+        self._shown = len(self.notes)
+        return fresh
 
     def for_directory(self, directory: str) -> Config:
         if self._explicit is not None:
@@ -141,7 +170,7 @@ class ConfigFinder:
         if directory in self._cache:
             return self._cache[directory]
         candidate = os.path.join(directory, "pyproject.toml")
-        config = load(candidate) if os.path.isfile(candidate) else None
+        config = load(candidate, self.notes) if os.path.isfile(candidate) else None
         if config is None:
             parent = os.path.dirname(directory)
             config = Config(root=directory) if parent == directory else self.for_directory(parent)

@@ -240,7 +240,7 @@ def on_your_frameworks(rule, installed: Optional[dict] = None) -> str:
         for name, spec in item["packages"].items():
             have = item["installed"][name]
             if have is None:
-                state = "not installed (`pip install 'fsdp-lint[verify-frameworks]'`); verify skips it"
+                state = "not installed (`pip install '.[verify-frameworks]'` from the clone); verify skips it"
             elif spec_matches(have, spec):
                 state = f"installed: {name} {have}"
             else:
@@ -269,7 +269,7 @@ PATH` compares torch versions.
 Some rules have several scenario *forms*: the plain torch program, and the same hazard
 reached through a framework's own call, each run and judged on its own and shown as its own
 row (`FSD104 (accelerate)`). A framework form needs that framework, pinned to the version
-the rule's documentation cites (`pip install 'fsdp-lint[verify-frameworks]'`); where the
+the rule's documentation cites (`pip install '.[verify-frameworks]'` from the clone); where the
 target interpreter lacks it, or where the framework cannot use FSDP on the device, the form
 is SKIPPED with the reason. A record names the framework versions its interpreter had.
 

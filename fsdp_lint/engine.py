@@ -118,6 +118,31 @@ def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None) -> List[Ty
     return [rule for rule in rules if rule.wanted(text, launch is not None)]
 
 
+def names_a_topic(text: str, rules: Sequence[Type[Rule]]) -> bool:
+    """Whether ``text`` passes the marker stage's first test: it names something one of
+    ``rules`` is about (one of the gate's strings), though perhaps no rule's every marker
+    group.  Such a file is parsed when CPython cannot parse it, so that it gets FSD900; a
+    file naming no topic is never parsed and so never reported (ruff reports those)."""
+    if not gate_on():
+        return True
+    gate = _gate(rules)
+    return gate is None or any(key in text and any(m in text for m in group) for key, group in gate)
+
+
+def cpython_syntax_error(text: str) -> Optional[SyntaxError]:
+    """CPython's own SyntaxError for ``text`` (``ast.parse``), or None where it parses (or
+    fails for another reason: null bytes, too deep for the stack)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text)
+    except SyntaxError as exc:
+        return exc
+    except (ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+    return None
+
+
 MAX_NESTING = 200  # CPython's own limit on nested brackets ("too many nested parentheses")
 _NOT_BRACKETS = re.compile(r"[^()\[\]{}]+")
 
@@ -159,15 +184,26 @@ def _parse(text: str, filename: str, parser=None):
     except cst.ParserSyntaxError as exc:
         row, column = exc.raw_line, exc.raw_column + 1
         message = f"syntax error, file not checked: {exc.message}"
-        return None, error_diagnostic(SYNTAX_ERROR, filename, message, row, column)
+        error = error_diagnostic(SYNTAX_ERROR, filename, message, row, column)
     except RecursionError:
-        return None, error_diagnostic(
-            SYNTAX_ERROR, filename, "file too deeply nested for the parser, file not checked"
-        )
+        error = error_diagnostic(SYNTAX_ERROR, filename, "file too deeply nested for the parser, file not checked")
     except Exception as exc:  # noqa: BLE001 - libcst's own limits (e.g. unsupported syntax)
-        return None, error_diagnostic(
+        error = error_diagnostic(
             SYNTAX_ERROR, filename, f"libcst cannot parse this file ({type(exc).__name__}: {exc})"
         )
+    return None, _cpython_error(text, filename) or error
+
+
+def _cpython_error(text: str, filename: str) -> Optional[Diagnostic]:
+    """The FSD900 users see from ``python file.py``: CPython's message, line and column
+    (libcst's are kept only where CPython parses the file)."""
+    exc = cpython_syntax_error(text)
+    if exc is None:
+        return None
+    row = exc.lineno or 1
+    column = exc.offset if exc.offset and exc.offset > 0 else 1
+    message = f"syntax error, file not checked: {exc.msg}"
+    return error_diagnostic(SYNTAX_ERROR, filename, message, row, column)
 
 
 _COMMENT = re.compile(r"#[^\r\n]*")
@@ -268,13 +304,15 @@ def lint_text_sliced(
     result = LintResult()
     gated = gate_on()
     active = wanted_rules(text, rules, launch)
-    if not active:
-        return result
+    if not active and not names_a_topic(text, rules):
+        return result  # names nothing a rule is about: not parsed, never reported
+    sites = None
     if gated:
         tree = parse(text)
-        active, sites = live_rules_and_sites(tree, active)
-        if not active:
-            return result  # no selected rule can report anything here: libcst is not needed
+        if tree is not None:  # where CPython cannot parse, libcst decides (FSD900, or newer syntax)
+            active, sites = live_rules_and_sites(tree, active)
+            if not active:
+                return result  # no selected rule can report anything here: libcst is not needed
     piece = None
     if gated and slice_from is not None and len(text) >= slice_from:
         piece = slice_text(text, active, slice_from, 1.0 if slice_from == 0 else MAX_SHARE, tree, sites)

@@ -167,13 +167,13 @@ def test_named_non_python_file_is_skipped_with_a_notice(cli, tmp_path):
     assert "FSD900" not in {d["code"] for d in data}
     assert "warning: skipped NOTES.md: not a Python file" in result.stderr
     only_notes = cli("check", "NOTES.md", cwd=tmp_path)
-    assert only_notes.returncode == 0 and only_notes.stdout == ""
+    assert only_notes.returncode == 0 and only_notes.stdout == "All checks passed!\n"  # as ruff: nothing was found
 
 
 def test_a_run_that_finds_no_python_file_says_so(cli, tmp_path):
     (tmp_path / "empty").mkdir()
     result = cli("check", "empty", cwd=tmp_path)
-    assert result.returncode == 0 and result.stdout == ""
+    assert result.returncode == 0 and result.stdout == "All checks passed!\n"  # as ruff, under its warning
     assert "warning: No Python files found under the given path(s)" in result.stderr
     shutil.copy(BAD, tmp_path / "empty" / "a.py")
     assert "No Python files" not in cli("check", "empty", cwd=tmp_path).stderr
@@ -203,7 +203,7 @@ def test_counts_agree_between_check_and_fix(cli, tmp_path):
     assert fixed.returncode == 0, fixed.stdout
     assert "Found 3 error(s) (3 fixed, 0 remaining)." in fixed.stdout
     assert "2 fix(es) resolved 3 findings" in fixed.stdout
-    assert "fixed 3 finding(s)" in fixed.stderr
+    assert "fixed" not in fixed.stderr  # said once, by the summary
     assert target.read_text().count("writeback=False") == 2
 
 
@@ -244,3 +244,97 @@ def test_output_piped_into_a_reader_that_leaves_early_ends_quietly(command):
     stderr = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+FSDP_IMPORT = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+# body -> CPython's (line, column, message) for FSDP_IMPORT + body (``ast.parse`` on 3.11+)
+BROKEN = {
+    "unclosed.py": ("x = (1,\n 2\ny = 3\n", 2, 5, "'(' was never closed"),
+    "dedent.py": ("if True:\n        x = 1\n    y = 2\n", 4, 10, "unindent does not match any outer indentation level"),
+    "print2.py": ('print "hello"\n', 2, 1, "Missing parentheses in call to 'print'. Did you mean print(...)?"),
+    "bad_def.py": ("def f(:\n    pass\n", 2, 7, "invalid syntax"),
+}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("cache", [True, False])
+def test_file_naming_fsdp_that_does_not_parse_gets_cpythons_fsd900(cli, tmp_path, jobs, cache):
+    """A file that names something a rule is about (here only the FSDP import: no rule's
+    every marker group) and that CPython cannot parse is never clean: FSD900 at CPython's
+    line and column, with CPython's message.  A file naming nothing is not parsed."""
+    for name, (body, *_) in BROKEN.items():
+        (tmp_path / name).write_text(FSDP_IMPORT + body)
+    (tmp_path / "no_topic.py").write_text("def f(:\n    pass\n")
+    extra = ["--cache-dir", str(tmp_path / "cache")] if cache else ["--no-cache"]
+    for _ in range(2 if cache else 1):  # the second run reads the cache
+        result = cli("check", "--format", "json", "-j", jobs, *extra, tmp_path)
+        assert result.returncode == 1, result.stderr
+        found = {
+            Path(d["filename"]).name: (d["location"]["row"], d["location"]["column"], d["message"])
+            for d in json.loads(result.stdout)
+        }
+        assert found == {
+            name: (row, column, f"syntax error, file not checked: {message}")
+            for name, (_, row, column, message) in BROKEN.items()
+        }
+
+
+@pytest.mark.parametrize("typo, command", [("chek", "check"), ("verfy", "verify"), ("ruls", "rules"), ("clena", "clean")])
+def test_a_mistyped_command_gets_a_did_you_mean(cli, tmp_path, typo, command):
+    result = cli(typo, ".", cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"unknown command {typo!r}; did you mean {command!r}?" in result.stderr
+    assert "no such file or directory" not in result.stderr and result.stdout == ""
+
+
+def test_a_path_named_like_a_command_is_still_a_path(cli, tmp_path):
+    (tmp_path / "chek").mkdir()
+    shutil.copy(BAD, tmp_path / "chek" / "a.py")
+    result = cli("chek", cwd=tmp_path)
+    assert result.returncode == 1 and "FSD001" in result.stdout
+    assert "no such file or directory: nope" in cli("nope", cwd=tmp_path).stderr  # not close to a command
+
+
+def test_diff_with_only_unfixable_findings_says_so(cli, tmp_path):
+    """ruff's "No fixes available": --diff used to print nothing at all and exit 1."""
+    target = tmp_path / "loops.py"
+    shutil.copy(FIXTURES / "FSD002" / "fires" / "training_loops.py", target)
+    result = cli("check", "--diff", "--select", "FSD002", target)
+    assert result.returncode == 1 and result.stdout == ""
+    found = len(json.loads(cli("check", "--format", "json", "--select", "FSD002", target).stdout))
+    assert found > 0
+    assert f"No fixes available ({found} finding(s) have no fix)." in result.stderr
+    with_fixes = cli("check", "--diff", BAD)
+    assert with_fixes.returncode == 1 and with_fixes.stdout.startswith("---")
+    assert "Would fix 6 finding(s)." in with_fixes.stderr
+
+
+def test_a_clean_run_says_all_checks_passed_in_text_only(cli, tmp_path):
+    """As ruff: a clean text run prints `All checks passed!` on standard output; machine
+    formats, --statistics and --diff print no such line."""
+    shutil.copy(GOOD, tmp_path / "good.py")
+    text = cli("check", "--no-cache", tmp_path)
+    assert text.returncode == 0 and text.stdout == "All checks passed!\n" and text.stderr == ""
+    assert cli("check", "--no-cache", "--format", "json", tmp_path).stdout.strip() == "[]"
+    for fmt in ("github", "sarif"):
+        assert "All checks passed" not in cli("check", "--no-cache", "--format", fmt, tmp_path).stdout
+    assert cli("check", "--no-cache", "--statistics", tmp_path).stdout == ""
+    assert cli("check", "--diff", tmp_path).stdout == ""
+    shutil.copy(BAD, tmp_path / "bad.py")
+    assert "All checks passed" not in cli("check", "--no-cache", tmp_path).stdout
+
+
+def test_fixed_count_said_once(cli, tmp_path):
+    """`--fix` said how many it fixed twice (the summary on stdout and a line on stderr):
+    once now, by the summary in text output and on stderr for the machine formats."""
+    target = tmp_path / "bad.py"
+    shutil.copy(BAD, target)
+    result = cli("check", "--fix", target)
+    both = result.stdout + result.stderr
+    assert result.returncode == 0
+    assert "Found 6 error(s) (6 fixed, 0 remaining)." in result.stdout
+    assert both.count("fixed") == 1, both
+    shutil.copy(BAD, target)
+    machine = cli("check", "--fix", "--format", "json", target)
+    assert json.loads(machine.stdout) == []
+    assert (machine.stdout + machine.stderr).count("fixed") == 1 and "fixed 6 finding(s)" in machine.stderr

@@ -203,3 +203,28 @@ def test_settings_with_a_target_version_survive_pickling(tmp_path):
     assert "FSD010@2.0.0" in [r.cache_tag() for r in rules]
     clone = pickle.loads(pickle.dumps(settings))
     assert [r.cache_tag() for r in clone.rules_for(str(tmp_path / "x.py"))] == [r.cache_tag() for r in rules]
+
+
+@pytest.mark.parametrize("header", ["[tool.fsdp_lint]", "[tool.fsdplint]", "[fsdp-lint]"])
+def test_a_misnamed_table_is_named_in_a_warning(cli, project, header):
+    """``[tool.fsdp_lint]`` used to be ignored without a word: the run warns on standard
+    error, naming the file and the table it should be, once; the table still is not read."""
+    (project / "pyproject.toml").write_text(f'{header}\nselect = ["FSD002"]\n')
+    result = cli("check", "--format", "json", "--no-cache", "-j", "2", cwd=project)
+    warning = f"pyproject.toml: {header} is not read: the table is named [tool.fsdp-lint]"
+    assert result.stderr.count(warning) == 1, result.stderr
+    assert ("src/a.py", "FSD001") in {(Path(d["filename"]).as_posix(), d["code"]) for d in json.loads(result.stdout)}
+    (project / "pyproject.toml").write_text('[tool.fsdp-lint]\nselect = ["FSD002"]\n[tool.ruff]\nline-length = 99\n')
+    assert "warning" not in cli("check", "--no-cache", cwd=project).stderr
+
+
+@pytest.mark.parametrize(
+    "key, suggestion",
+    [("extend_select", "extend-select"), ("selcet", "select"), ("unsafe_fixes", "unsafe-fixes"),
+     ("target-version", "target-torch-version")],
+)
+def test_unknown_key_gets_a_did_you_mean(cli, project, key, suggestion):
+    (project / "pyproject.toml").write_text(f'[tool.fsdp-lint]\n{key} = []\n')
+    result = cli("check", cwd=project)
+    assert result.returncode == 2
+    assert f"{key}: unknown key; did you mean {suggestion!r}? allowed: select" in result.stderr, result.stderr

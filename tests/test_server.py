@@ -154,6 +154,32 @@ def test_fix_all_is_resolved_and_matches_the_command_line(session):
     assert fixed != text
 
 
+def test_fix_all_sends_one_edit_per_fix(session):
+    """Fix all used to send one edit from the first fix to the last, rewriting every line
+    between them; now each fix is an edit of its own, touching only its own characters."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "fixtures/FSD001/fix/read_only.py").read_text()
+
+    async def scenario(server):
+        uri = server.open(session.root / "read_only.py", text)
+        published = await server.next_publish(uri, 1)
+        whole = types.Range(types.Position(0, 0), types.Position(len(text.splitlines()), 0))
+        [action] = await server.code_actions(uri, whole, only=[types.CodeActionKind.SourceFixAll])
+        resolved = await server.resolve(action)
+        return published.diagnostics, workspace_edits(resolved.edit, uri)
+
+    diagnostics, edits = session(scenario)
+    fixable = [d for d in diagnostics if "writeback" in d.message]
+    assert len(edits) == len(fixable) == 6
+    lines = text.splitlines(keepends=True)
+    for edit in edits:
+        assert edit.range.start.line == edit.range.end.line  # each on its own call's line
+        old = lines[edit.range.start.line][edit.range.start.character:edit.range.end.character]
+        assert len(old) <= len("True") and len(edit.new_text) <= len("    writeback=False,\n")
+    assert apply_edits(text, edits) == (Path(__file__).parent.parent / "fixtures/FSD001/fix/read_only.fixed.py").read_text()
+
+
 def test_fix_all_without_resolve_support_comes_with_its_edit(session):
     async def scenario(server):
         uri = server.open(session.root / "train.py", TRAIN)
@@ -409,5 +435,5 @@ def test_without_pygls_the_server_says_what_to_install(tmp_path):
     result = subprocess.run([sys.executable, "-m", "fsdp_lint", "server"], env=env, capture_output=True, text=True,
                             stdin=subprocess.DEVNULL)
     assert result.returncode == 2
-    assert "pip install 'fsdp-lint[server]'" in result.stderr
+    assert "pip install '.[server]' in the fsdp-lint clone" in result.stderr
     assert result.stdout == ""

@@ -262,7 +262,7 @@ def test_verify_without_torch_says_how_to_get_it(tmp_path, cli):
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": env_path},
     )
     assert result.returncode == 2
-    assert "pip install 'fsdp-lint[verify]'" in result.stderr
+    assert "pip install '.[verify]' in the fsdp-lint clone" in result.stderr
 
 
 def _alive(pid):

@@ -39,3 +39,46 @@ def test_warning_lines():
     assert failure_line("RuntimeError: a\nFutureWarning: b\n[W] destroy_process_group() was not called\n") == (
         "RuntimeError: a"
     )
+
+
+def test_verify_help_lists_every_option_the_command_accepts(cli):
+    """`verify --help` left out `--program`, `-m`, `--steps`, `--src`, `--no-checksums` and
+    `--format sarif` (the --program mode's parser): every option string and choice of both
+    parsers must be in it."""
+    from fsdp_lint.verify.command import _parser
+    from fsdp_lint.verify.program.options import program_parser
+
+    result = cli("verify", "--help")
+    assert result.returncode == 0
+    for parser in (_parser(), program_parser()):
+        for action in parser._actions:
+            for option in action.option_strings:
+                assert option in result.stdout, option
+            for choice in action.choices or ():
+                assert str(choice) in result.stdout, (action.option_strings, choice)
+    for needed in ("--program", "-m MODULE", "--steps", "--src", "--no-checksums", "sarif", "--verbose"):
+        assert needed in result.stdout, needed
+    assert "go to torchrun" in result.stdout
+
+
+def test_skipped_reason_is_one_short_line_unless_verbose(cli, tmp_path):
+    """A SKIPPED reason with source citations (accelerate's FSDP plugin on CPU) is shortened
+    to its first clause in the text table; --verbose and --format json keep it whole."""
+    import json
+
+    import pytest
+
+    pytest.importorskip("torch")
+    from fsdp_lint.scenarios.registry import ACCELERATE_FSDP_NEEDS_AN_ACCELERATOR as WHY
+
+    short = "accelerate 1.15.0 enables its FSDP plugin only over an accelerator's process group"
+    table = cli("verify", "FSD101", "--form", "accelerate", "--log-dir", tmp_path / "a")
+    assert table.returncode == 0, table.stderr
+    [row] = [line for line in table.stdout.splitlines() if line.startswith("| FSD101 (accelerate)")]
+    assert row.endswith(f"| SKIPPED ({short}) |") and "state.py" not in table.stdout
+    assert "--verbose" in table.stderr
+    verbose = cli("verify", "FSD101", "--form", "accelerate", "--verbose", "--log-dir", tmp_path / "b")
+    assert f"SKIPPED ({WHY})" in verbose.stdout
+    data = json.loads(cli("verify", "FSD101", "--form", "accelerate", "--format", "json",
+                          "--log-dir", tmp_path / "c").stdout)
+    assert [r["reason"] for r in data["results"]] == [WHY]

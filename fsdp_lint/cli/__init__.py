@@ -12,6 +12,7 @@ function-level ones besides libcst's (ARCHITECTURE.md, tests/test_layers.py).
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from typing import Optional, Sequence
@@ -35,6 +36,15 @@ Commands:
 Run `fsdp-lint check --help` for the options of check."""
 
 
+def _mistyped_command(first: str) -> Optional[str]:
+    """The command ``first`` looks like a typo of (``chek``: ``check``), when it is neither a
+    command, an option nor an existing path; None otherwise."""
+    if first in SUBCOMMANDS or first.startswith("-") or os.path.lexists(first):
+        return None
+    close = difflib.get_close_matches(first, SUBCOMMANDS, n=1)
+    return close[0] if close else None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["--version"], ["-V"]):
@@ -43,6 +53,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(HELP)
         return 0
+    typo = _mistyped_command(argv[0]) if argv else None
+    if typo is not None:
+        print(f"fsdp-lint: error: unknown command {argv[0]!r}; did you mean {typo!r}?", file=sys.stderr)
+        print("Run `fsdp-lint --help` for the commands.", file=sys.stderr)
+        return 2
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else "check"
     rest = argv[1:] if argv and argv[0] in SUBCOMMANDS else argv
     try:

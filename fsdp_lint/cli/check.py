@@ -16,6 +16,7 @@ from fsdp_lint.engine import IO_ERROR, error_diagnostic
 from fsdp_lint.files import NOT_PYTHON, discover, matches_any
 from fsdp_lint.interrupt import Interrupted, handlers
 from fsdp_lint.output import FORMATS, render
+from fsdp_lint.output.progress import Progress
 from fsdp_lint.rules import UnknownRuleError, matching
 
 
@@ -119,6 +120,7 @@ def _run_check(argv: Sequence[str]) -> int:
         root_config = finder.for_directory(os.getcwd())
     except (UnknownRuleError, ConfigError) as exc:
         return _error(str(exc))
+    _show_notes(finder)
     reads_stdin = args.paths == ["-"] or (args.stdin_filename is not None and not args.paths)
     paths = args.paths or ["."]
     if not reads_stdin:
@@ -158,21 +160,28 @@ def _run_check(argv: Sequence[str]) -> int:
         if not found.files and not found.problems:
             _warn("No Python files found under the given path(s)")
         jobs = args.jobs or os.cpu_count() or 1
+        progress = Progress(len(found.files), sys.stderr)
         try:
-            reports = run_files(found.files, settings, jobs=max(1, jobs))
+            reports = run_files(found.files, settings, jobs=max(1, jobs), progress=progress.update)
         except ConfigError as exc:
             return _error(str(exc))
+        finally:
+            progress.finish()
         problems = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
+    _show_notes(finder)
     diagnostics = problems + [d for report in reports for d in report.diagnostics]
     fixed = sum(report.fixed for report in reports)
     fixes = sum(report.fixes for report in reports)
-    if fixed and args.fix and not args.diff and not reads_stdin:
+    summarised = args.format == "text" and not args.diff and not args.statistics
+    if fixed and args.fix and not args.diff and not reads_stdin and not summarised:
+        # the text summary says it ("N fixed"); other formats get it here, once
         print(f"fsdp-lint: fixed {fixed} finding(s)", file=sys.stderr)
     for d in diagnostics:
         d.filename = display_path(d.filename)
     diagnostics.sort(key=lambda d: d.sort_key())
     if args.diff:
         report_text.append("".join(report.diff for report in sorted(reports, key=lambda r: r.path)))
+        _diff_summary(diagnostics, fixed)
     elif args.statistics:
         counts = Counter((d.code, d.name) for d in diagnostics)
         for (code, name), count in sorted(counts.items()):
@@ -181,6 +190,8 @@ def _run_check(argv: Sequence[str]) -> int:
         report_text.append(render(args.format, diagnostics))
         if args.format == "text":
             report_text.append(_summary(diagnostics, fixed, fixes, args.fix))
+            if not diagnostics and not fixed and not (reads_stdin and args.fix):
+                report_text.append("All checks passed!\n")
     if reads_stdin and args.fix and not args.output_file:
         # standard output holds the fixed source: the report goes to standard error
         sys.stderr.write("".join(report_text))
@@ -194,6 +205,25 @@ def _run_check(argv: Sequence[str]) -> int:
     if args.exit_zero and code == 1:
         return 0
     return code
+
+
+def _show_notes(finder: ConfigFinder) -> None:
+    """The configuration warnings (a misnamed table) not shown yet, each once."""
+    for note in finder.new_notes():
+        _warn(note)
+
+
+def _diff_summary(diagnostics, fixed: int) -> None:
+    """ruff's lines under ``--diff``, on standard error: how many findings the diff fixes,
+    and when none, that there is nothing to show and why (the exit status stays 1)."""
+    no_fix = sum(1 for d in diagnostics if d.fix is None)
+    unsafe = len(diagnostics) - no_fix
+    more = f"; {unsafe} more fixable with `--unsafe-fixes`" if unsafe else ""
+    if fixed:
+        left = f" ({no_fix} finding(s) have no fix{more})" if no_fix or unsafe else ""
+        print(f"Would fix {fixed} finding(s){left}.", file=sys.stderr)
+    elif diagnostics:
+        print(f"No fixes available ({no_fix} finding(s) have no fix{more}).", file=sys.stderr)
 
 
 def _emit(output_file: Optional[str], text: str) -> int:

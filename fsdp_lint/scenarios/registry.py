@@ -38,7 +38,7 @@ from fsdp_lint.verify.scenario import Scenario
 
 NO_SHARD_AT_ONE_RANK = "with one rank FSDP switches to NO_SHARD"
 
-# The frameworks' forms, pinned to the versions the rule docs cite (`pip install 'fsdp-lint[verify-frameworks]'`).
+# The frameworks' forms, pinned to the versions the rule docs cite (`pip install '.[verify-frameworks]'` from the clone).
 ACCELERATE = {"accelerate": "==1.15.0"}
 LIGHTNING = {"lightning": "==2.6.6"}
 ACCELERATE_FSDP_NEEDS_AN_ACCELERATOR = (

@@ -1,6 +1,6 @@
 """``fsdp-lint server``: a Language Server Protocol server over stdio (pygls).
 
-Needs the ``server`` extra (``pip install 'fsdp-lint[server]'``); the linter itself needs
+Needs the ``server`` extra (``pip install '.[server]'`` from the clone); the linter itself needs
 only libcst, and only ``fsdp-lint server`` imports this package.  Modules: ``app`` (the server and its LSP handlers), ``linting`` (which
 documents, which settings, the engine), ``lsp_diagnostics`` (findings as LSP diagnostics),
 ``actions`` (quick fixes, fix all, noqa), ``hover`` (rule pages), ``settings`` (what the
@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Sequence
 
-INSTALL_HINT = "fsdp-lint server needs pygls: pip install 'fsdp-lint[server]'"
+INSTALL_HINT = "fsdp-lint server needs pygls: pip install '.[server]' in the fsdp-lint clone"
 
 try:
     from fsdp_lint.server.app import create_server

@@ -5,13 +5,15 @@
 - "Suppress with noqa": adds ``# noqa: CODE`` to the flagged line (or extends the line's
   ``# noqa: ...`` list), checked with the engine's own suppression reader before it is offered;
 - ``source.fixAll.fsdp-lint``: every safe fix in the file at once, through ``fixer.fix_text``
-  (the same loop as ``fsdp-lint check --fix``; unsafe fixes too where ``unsafe-fixes`` is on).
+  (the same loop as ``fsdp-lint check --fix``; unsafe fixes too where ``unsafe-fixes`` is on),
+  sent as one text edit per changed region, never one edit over the lines between fixes.
   Its edit is computed on ``codeAction/resolve`` when the client can resolve edits, so
   moving the cursor does not re-lint the file.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import List, Optional, Sequence
 
@@ -127,21 +129,45 @@ def fix_all_title(unsafe: bool) -> str:
 
 
 def fix_all_edit(lint: DocumentLint, encoding: str, versioned: bool) -> Optional[types.WorkspaceEdit]:
-    """One edit from the first to the last changed character, or None when nothing changes."""
+    """One text edit per changed region (each fix's own characters), or None when nothing
+    changes.  One edit over the whole span from the first fix to the last would replace
+    every line between them: the editor's undo, cursor and other extensions' marks would
+    see the untouched lines rewritten."""
     outcome = fix_text(lint.text, lint.path, lint.rules, lint.unsafe, lint.launch)
     old, new = lint.text, outcome.text
     if old == new:
         return None
-    prefix = 0
-    limit = min(len(old), len(new))
-    while prefix < limit and old[prefix] == new[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < limit - prefix and old[len(old) - 1 - suffix] == new[len(new) - 1 - suffix]:
-        suffix += 1
     index = TextIndex(old, encoding)
-    edit = _text_edit(index, prefix, len(old) - suffix, new[prefix: len(new) - suffix])
-    return workspace_edit(lint.uri, lint.version, [edit], versioned)
+    edits = [_text_edit(index, start, end, content) for start, end, content in changed_regions(old, new)]
+    return workspace_edit(lint.uri, lint.version, edits, versioned)
+
+
+def changed_regions(old: str, new: str) -> List[tuple]:
+    """(start, end, replacement) in ``old``'s character offsets, one per run of changed
+    lines, each trimmed to the characters that differ; applying them all gives ``new``."""
+    old_lines = old.splitlines(keepends=True)
+    new_lines = new.splitlines(keepends=True)
+    old_starts = [0]
+    for line in old_lines:
+        old_starts.append(old_starts[-1] + len(line))
+    new_starts = [0]
+    for line in new_lines:
+        new_starts.append(new_starts[-1] + len(line))
+    regions = []
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        a, b = old[old_starts[i1]:old_starts[i2]], new[new_starts[j1]:new_starts[j2]]
+        prefix = 0
+        limit = min(len(a), len(b))
+        while prefix < limit and a[prefix] == b[prefix]:
+            prefix += 1
+        suffix = 0
+        while suffix < limit - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
+            suffix += 1
+        regions.append((old_starts[i1] + prefix, old_starts[i2] - suffix, b[prefix: len(b) - suffix]))
+    return regions
 
 
 def code_actions(

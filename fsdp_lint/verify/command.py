@@ -19,16 +19,17 @@ from fsdp_lint.verify import records
 from fsdp_lint.verify.judge import ERROR, SKIPPED, Judgement, judge, summarize
 from fsdp_lint.verify.launcher import Topology, launch, probe
 from fsdp_lint.verify.program.command import run_program
-from fsdp_lint.verify.program.options import wants_program
+from fsdp_lint.verify.program.options import program_parser, wants_program
 from fsdp_lint.verify.scenario import label
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-INSTALL_HINT = "install it with: pip install 'fsdp-lint[verify]' (or pip install torch)"
+INSTALL_HINT = "install it with: pip install '.[verify]' in the fsdp-lint clone (or pip install torch)"
 PLAIN_FORM = "torch"  # how --form names the plain torch form (form "" in the registry)
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fsdp-lint verify", description="Run each rule's runtime scenario under torchrun and judge it."
+        prog="fsdp-lint verify", description="Run each rule's runtime scenario under torchrun and judge it.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_program_help(),
     )
     parser.add_argument("rules", nargs="*", help="codes or names (default: every rule)")
     parser.add_argument(
@@ -41,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--nproc", type=_positive, default=2, help="ranks per node (default 2)")
     parser.add_argument("--timeout", type=_positive_float, default=None, help="seconds per program (default: the scenario's)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="print each SKIPPED reason whole, with its source citations (text output shortens it to one "
+        "line; --format json always keeps it whole)",
+    )
     parser.add_argument("--log-dir", default=None, help="where each rank's log is kept (default: a new temp folder)")
     parser.add_argument(
         "--record", metavar="DIR", default=None,
@@ -60,6 +66,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     nodes.add_argument("--rdzv-id", default=None, help="run id, the same on every node (default: fsdp-lint-verify)")
     return parser
+
+
+def _program_help() -> str:
+    """``verify --program``'s own help (its parser's, so the two never drift apart), shown
+    under the rules' options: one ``verify --help`` lists every option the command takes."""
+    text = program_parser().format_help()
+    return "Verify your own job instead (verify --program / verify -m):\n\n" + "\n".join(
+        f"  {line}" if line else line for line in text.splitlines()
+    ) + (
+        "\n\n  Options it does not know go to torchrun (--master-port 29600); everything after `--` goes"
+        "\n  to your program."
+    )
 
 
 def _positive(text: str) -> int:
@@ -254,9 +272,13 @@ def run_verify(argv) -> int:
     elif len(runs) == 1:
         run, results = runs[0]
         where = f"{run.backend}/{args.device}, {ranks(topology.world_size)}"
-        print(render_table(run.info["version"], where, results))
+        print(render_table(run.info["version"], where, results, args.verbose))
     else:
-        print(render_matrix(runs))
+        print(render_matrix(runs, args.verbose))
+    if not args.verbose and args.format != "json" and any(
+        short_reason(j.reason) != j.reason for _, results in runs for _, j, _ in results if j.verdict == SKIPPED
+    ):
+        print("SKIPPED reasons are shortened; --verbose prints them whole, with their sources", file=sys.stderr)
     print(f"logs of each rank of each program: {root}{os.sep}", file=sys.stderr)
     return summarize([(rule.code, j) for _, results in runs for rule, j, _ in results])
 
@@ -294,19 +316,37 @@ def _json(runs, args, topology: Topology, root: Path) -> dict:
     return {"log_dir": str(root), "runs": [one(run, results) for run, results in runs]}
 
 
-def render_table(version: str, where: str, results) -> str:
+_REASON_BREAKS = (" (", "; ", ": ")
+SHORT_REASON = 100
+
+
+def short_reason(reason: str) -> str:
+    """A SKIPPED reason's first clause (``needs at least 2 ranks, got 1``), without the
+    explanation and source citations that follow it; ``--verbose`` and JSON keep those."""
+    cuts = [at for at in (reason.find(mark, 15) for mark in _REASON_BREAKS) if at > 0]
+    short = reason[: min(cuts)] if cuts else reason
+    if len(short) > SHORT_REASON:
+        short = short[: SHORT_REASON - 3].rstrip() + "..."
+    return short
+
+
+def _shown_reason(j: Judgement, verbose: bool) -> str:
+    return j.reason if verbose or j.verdict != SKIPPED else short_reason(j.reason)
+
+
+def render_table(version: str, where: str, results, verbose: bool = False) -> str:
     lines = [
         "| rule | torch | backend/device | flagged program | fixed program | verdict |",
         "|------|-------|----------------|-----------------|---------------|---------|",
     ]
     for rule, j, scenario in results:
-        verdict = j.verdict + (f" ({j.reason})" if j.reason else "")
+        verdict = j.verdict + (f" ({_shown_reason(j, verbose)})" if j.reason else "")
         name = label(rule.code, scenario.form if scenario else "")
         lines.append(f"| {name} | {version} | {where} | {j.flagged} | {j.fixed} | {verdict} |")
     return "\n".join(lines)
 
 
-def render_matrix(runs) -> str:
+def render_matrix(runs, verbose: bool = False) -> str:
     """One row per rule and form, one column per interpreter's torch."""
     heads = [f"torch {run.info['version']}" for run, _ in runs]
     lines = ["| rule | " + " | ".join(heads) + " |", "|------|" + "|".join("---" for _ in heads) + "|"]
@@ -314,6 +354,6 @@ def render_matrix(runs) -> str:
         cells = []
         for _, results in runs:
             j = results[index][1]
-            cells.append(j.verdict + (f" ({j.reason})" if j.verdict == SKIPPED else ""))
+            cells.append(j.verdict + (f" ({_shown_reason(j, verbose)})" if j.verdict == SKIPPED else ""))
         lines.append(f"| {label(rule.code, scenario.form if scenario else '')} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from fsdp_lint.verify.program.options import OptionsError, ProgramOptions, parse
 from fsdp_lint.verify.program.report import RunInfo, exit_status, render
 
 ENTRY = Path(__file__).resolve().parent / "_entry.py"
-INSTALL_HINT = "install it with: pip install 'fsdp-lint[verify]' (or pip install torch)"
+INSTALL_HINT = "install it with: pip install '.[verify]' in the fsdp-lint clone (or pip install torch)"
 
 
 def _progress(line: str) -> None:

@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def program_parser() -> argparse.ArgumentParser:
+    """The parser of ``verify --program`` (``verify --help`` shows its help too)."""
+    return _parser()
+
+
 def _torchrun_env(extra: List[str]) -> Dict[str, str]:
     env: Dict[str, str] = {}
     i = 0
