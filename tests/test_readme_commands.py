@@ -2,6 +2,7 @@
 command line's argument parsing as written (no usage error).  Parsing only: nothing is
 linted or run, so paths such as ``src/`` and ``train.py`` need not exist."""
 
+import re
 import shlex
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from fsdp_lint.rules import lookup, matching
 from fsdp_lint.verify.command import _parser as verify_parser, _unique_rules, _unknown_forms
 from fsdp_lint.verify.program.options import parse as parse_program, wants_program
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 _SHELL = ("bash", "sh", "console", "shell")
 
 
@@ -98,3 +100,29 @@ def test_readme_command_is_accepted(argv):
 def test_the_check_catches_a_command_the_cli_refuses(argv):
     with pytest.raises((SystemExit, AssertionError, Exception)):
         accepted(argv)
+
+
+@pytest.mark.slow
+def test_the_first_set_up_command_and_the_server_extra_work_in_a_fresh_clone(tmp_path):
+    """README's first set-up command, as written, in a fresh clone of this repository: it
+    installs, lints the bundled examples and exits 1 with their findings; then the editor
+    guide's ``pip install '.[server]'`` from the clone gives a working ``fsdp-lint server``.
+    (The second set-up command is the one running this test.)"""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a git checkout to clone")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    readme = (clone / "README.md").read_text()
+    first = re.findall(r"```bash\n(python3 -m venv .*?)\n```", readme)[0]
+    done = subprocess.run(first, shell=True, cwd=clone, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert re.search(r"Found \d+ error", done.stdout), done.stdout[-2000:]
+    extra = subprocess.run([str(clone / ".venv" / "bin" / "pip"), "install", "-q", ".[server]"], cwd=clone,
+                           capture_output=True, text=True, timeout=900)
+    assert extra.returncode == 0, extra.stderr[-2000:]
+    server = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", "import pygls, fsdp_lint.server.app"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert server.returncode == 0, server.stderr[-2000:]
