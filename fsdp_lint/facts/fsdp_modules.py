@@ -459,3 +459,16 @@ def fully_sharded(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, o
     if not found.wraps or (found.fsdp1 and not fsdp1_too) or found.plain:
         return None
     return found.wraps[0]
+
+
+def method_calls_on_sharded(facts: ModuleFacts, method: str):
+    """``(site, origin, receiver code)`` for each ``m.<method>(...)`` of this file (a method
+    call, not an imported function) whose receiver ``m`` went through ``fully_shard``
+    (``fully_sharded``) when the call runs."""
+    for site in facts.calls:
+        func = site.node.func
+        if site.attr != method or not isinstance(func, cst.Attribute) or facts.qualname(func) is not None:
+            continue
+        origin = fully_sharded(facts, func.value, site.ctx, site.order)
+        if origin is not None:
+            yield site, origin, facts.module.code_for_node(func.value)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from fsdp_lint.lazy_libcst import cst
-
-from fsdp_lint.facts.fsdp_modules import fully_sharded
+from fsdp_lint.facts.fsdp_modules import method_calls_on_sharded
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -63,14 +61,7 @@ turned back on before the last micro-batch's backward; where is a choice of the 
 """
 
     def check(self, facts, report):
-        for site in facts.calls:
-            func = site.node.func
-            if site.attr != "no_sync" or not isinstance(func, cst.Attribute) or facts.qualname(func) is not None:
-                continue
-            origin = fully_sharded(facts, func.value, site.ctx, site.order)
-            if origin is None:
-                continue
-            name = facts.module.code_for_node(func.value)
+        for site, origin, name in method_calls_on_sharded(facts, "no_sync"):
             report(
                 site.node,
                 f"`{name}` is sharded with FSDP2 `fully_shard` (line {report.row(origin.wrap.site.node)}), which has "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import sources
-from fsdp_lint.facts.fsdp_modules import fully_sharded
+from fsdp_lint.facts.fsdp_modules import method_calls_on_sharded
 from fsdp_lint.facts.values import first_positional
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -66,17 +66,10 @@ No automatic fix: whether every rank reads the file or rank 0 broadcasts it
 """
 
     def check(self, facts, report):
-        for site in facts.calls:
-            func = site.node.func
-            if site.attr != "load_state_dict" or not isinstance(func, cst.Attribute) or facts.qualname(func) is not None:
-                continue
+        for site, origin, name in method_calls_on_sharded(facts, "load_state_dict"):
             argument = first_positional(site.node)
             if argument is None or not _plain(facts, argument.value, site):
                 continue
-            origin = fully_sharded(facts, func.value, site.ctx, site.order)
-            if origin is None:
-                continue
-            name = facts.module.code_for_node(func.value)
             report(
                 site.node,
                 f"`{name}` is sharded with FSDP2 `fully_shard` (line {report.row(origin.wrap.site.node)}) and this "
