@@ -19,14 +19,13 @@ from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
 from fsdp_lint.diagnostics import Diagnostic
 from fsdp_lint.engine import (
-    INTERNAL_ERROR, IO_ERROR, cpython_syntax_error, error_diagnostic, gate_on, lint_text, names_a_topic, wanted_rules,
+    INTERNAL_ERROR, IO_ERROR, FileGate, cpython_syntax_error, error_diagnostic, gate_on, lint_text,
 )
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.launch import Launch, LaunchFinder
 from fsdp_lint.rules import for_target, select_rules
 from fsdp_lint.rules.base import Rule
-from fsdp_lint.screen import confirmed_live_rules
 from fsdp_lint.source import (
     FileChangedError, SourceError, SourceFile, WriteRefused, decode_source, read_source, write_atomic,
 )
@@ -118,7 +117,7 @@ def process_source(source: SourceFile, settings: Settings, write: bool = True) -
         if not (settings.fix or settings.diff):
             report.diagnostics = _lint_cached(source, rules, settings.cache, launch)
             return report
-        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path), launch)
+        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path), launch, _file_gate(source, rules, launch))
         report.diagnostics = outcome.diagnostics
         if outcome.text == source.text:
             return report
@@ -164,14 +163,23 @@ def write_fixes(source: SourceFile, report: FileReport, settings: Settings) -> N
     report.new_text = None
 
 
+def _file_gate(source: SourceFile, rules, launch: Optional[Launch]) -> FileGate:
+    """The file's ``FileGate``, made by the first stage that asks and kept on the source."""
+    gate = FileGate.for_text(source.text, rules, launch, source.gate)
+    source.gate = gate
+    return gate
+
+
 def _lint_cached(source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None) -> List[Diagnostic]:
-    if cache is None or not wanted_rules(source.text, rules, launch):
-        return lint_text(source.text, source.path, rules, launch=launch).diagnostics
-    key = cache.key(source.raw, _cache_tags(rules, launch))
-    hit = cache.get(key, source.path)
-    if hit is not None:
-        return hit
-    diagnostics = lint_text(source.text, source.path, rules, launch=launch).diagnostics
+    gate = _file_gate(source, rules, launch)
+    if cache is None or not gate.wanted:
+        return lint_text(source.text, source.path, rules, launch=launch, gate=gate).diagnostics
+    key = gate.cache_key or cache.key(source.raw, _cache_tags(rules, launch))
+    if not (gate.cache_missed and key == gate.cache_key):
+        hit = cache.get(key, source.path)
+        if hit is not None:
+            return hit
+    diagnostics = lint_text(source.text, source.path, rules, launch=launch, gate=gate).diagnostics
     if not any(d.code == INTERNAL_ERROR[0] for d in diagnostics):
         cache.put(key, diagnostics)
     return diagnostics
@@ -180,7 +188,10 @@ def _lint_cached(source: SourceFile, rules, cache: Optional[Cache], launch: Opti
 def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
     if settings.cache is None or settings.fix or settings.diff:
         return None
-    return settings.cache.key(source.raw, _cache_tags(rules, settings.launch_for(source.path)))
+    gate = _file_gate(source, rules, settings.launch_for(source.path))
+    if gate.cache_key is None:
+        gate.cache_key = settings.cache.key(source.raw, _cache_tags(rules, gate.launch))
+    return gate.cache_key
 
 
 def _cache_tags(rules, launch: Optional[Launch] = None) -> List[str]:
@@ -197,22 +208,23 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
     without ``ast_stage``, the ``ast`` stage).  A file these stages clear is cached as
     clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
-    wanted = wanted_rules(source.text, rules, settings.launch_for(source.path))
-    if not wanted and not names_a_topic(source.text, rules):
+    gate = _file_gate(source, rules, settings.launch_for(source.path))
+    if not gate.topic:
         return FileReport(source.path)  # names nothing a rule is about: never parsed
     key = _cache_key(source, rules, settings)
-    if key is not None:
+    if key is not None and not gate.cache_missed:
         hit = settings.cache.get(key, source.path)
         if hit is not None:
             return FileReport(source.path, hit)
-    if not ast_stage or not gate_on():
+        gate.cache_missed = True
+    if not ast_stage or not gate.gated:
         return None
-    if not wanted:
+    if not gate.wanted:
         # it names a topic but no rule wants it: clean unless CPython cannot parse it,
         # in which case libcst decides (FSD900, or newer syntax libcst accepts)
         if cpython_syntax_error(source.text) is not None:
             return None
-    elif confirmed_live_rules(source.text, wanted):
+    elif gate.screening.confirmed_live():
         return None
     if key is not None:
         settings.cache.put(key, [])

@@ -27,7 +27,7 @@ from fsdp_lint.facts.index import index_module
 from fsdp_lint.noqa import Suppressions
 from fsdp_lint.positions import Positions
 from fsdp_lint.rules.base import Reporter, Rule
-from fsdp_lint.screen import ast_confirms, live_rules_and_sites, parse  # noqa: F401 - ast_confirms: callers ask the engine
+from fsdp_lint.screen import Screening, ast_confirms  # noqa: F401 - ast_confirms: callers ask the engine
 from fsdp_lint.slicing import MAX_SHARE, MIN_CHARS, slice_text
 from fsdp_lint.source import line_starts
 
@@ -127,6 +127,60 @@ def names_a_topic(text: str, rules: Sequence[Type[Rule]]) -> bool:
         return True
     gate = _gate(rules)
     return gate is None or any(key in text and any(m in text for m in group) for key, group in gate)
+
+
+class FileGate:
+    """The gate's stages for one text, each run at most once however many callers ask
+    (``check.cheap_answer``, then ``lint_text_sliced`` and the fixer's first lint): the
+    markers, the ``ast`` stage (``screen.Screening``: one parse, one summary) and the
+    cache key with whether it was already looked up.  ``for_text`` hands back a gate only
+    for the very text, rules and launch it was made for."""
+
+    def __init__(self, text: str, rules: Sequence[Type[Rule]], launch=None, tree: Optional[ast.Module] = None) -> None:
+        self.text = text
+        self._tree = tree  # the caller's ``ast`` of ``text`` (flake8 hands one over)
+        self.rules = list(rules)
+        self.launch = launch
+        self.gated = gate_on()
+        self.wanted = wanted_rules(text, self.rules, launch)
+        self._topic: Optional[bool] = None
+        self._screening: Optional[Screening] = None
+        self.cache_key: Optional[str] = None
+        self.cache_missed = False  # the cache was asked for ``cache_key`` and had nothing
+
+    @classmethod
+    def for_text(cls, text: str, rules: Sequence[Type[Rule]], launch=None, known: Optional["FileGate"] = None) -> "FileGate":
+        rules = list(rules)
+        if known is not None and known.text is text and known.launch == launch:
+            if known.rules == rules:
+                return known
+            if known.rules == [rule.code for rule in rules]:  # sent to a worker: rebind the codes
+                by_code = {rule.code: rule for rule in rules}
+                known.rules, known.wanted = rules, [by_code[code] for code in known.wanted]
+                return known
+        return cls(text, rules, launch)
+
+    @property
+    def topic(self) -> bool:
+        """``names_a_topic``."""
+        if self._topic is None:
+            self._topic = bool(self.wanted) or names_a_topic(self.text, self.rules)
+        return self._topic
+
+    @property
+    def screening(self) -> Screening:
+        if self._screening is None:
+            self._screening = Screening(self.text, self.wanted, self._tree)
+        return self._screening
+
+    def __getstate__(self):
+        # a worker gets the markers' answer and the cache key, not the main process's trees
+        # (and the rules by code: a worker's rule classes are its own, ``Settings.rules_for``)
+        state = dict(self.__dict__)
+        state["_screening"] = state["_tree"] = None
+        state["rules"] = [rule.code for rule in self.rules]
+        state["wanted"] = [rule.code for rule in self.wanted]
+        return state
 
 
 def cpython_syntax_error(text: str) -> Optional[SyntaxError]:
@@ -288,29 +342,36 @@ def _slice_from() -> Optional[int]:
     return None
 
 
-def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]], parser=None, launch=None) -> LintResult:
+def lint_text(
+    text: str, filename: str, rules: Sequence[Type[Rule]], parser=None, launch=None, gate: Optional[FileGate] = None
+) -> LintResult:
     """``parser``: a stand-in for ``libcst.parse_module`` (same result, same errors); the
     language server passes one that re-parses only the statements an edit changed (its
     texts are parsed whole: no slicing).  ``launch``: how the project launches the file when
-    that turns FSDP on (``fsdp_lint.launch``), None otherwise."""
-    return lint_text_sliced(text, filename, rules, None if parser is not None else _slice_from(), parser, launch)
+    that turns FSDP on (``fsdp_lint.launch``), None otherwise.  ``gate``: the text's
+    ``FileGate`` when an earlier stage made one (its answers are not computed again)."""
+    return lint_text_sliced(text, filename, rules, None if parser is not None else _slice_from(), parser, launch, gate)
 
 
 def lint_text_sliced(
-    text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int], parser=None, launch=None
+    text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int], parser=None, launch=None,
+    gate: Optional[FileGate] = None,
 ) -> LintResult:
     """``lint_text`` with the slicing threshold given: texts of at least ``slice_from``
     characters are sliced, None parses every text whole (the tests compare both)."""
     result = LintResult()
-    gated = gate_on()
-    active = wanted_rules(text, rules, launch)
-    if not active and not names_a_topic(text, rules):
+    gate = FileGate.for_text(text, rules, launch, gate)
+    gated = gate.gated
+    active = gate.wanted
+    if not gate.topic:
         return result  # names nothing a rule is about: not parsed, never reported
     sites = None
+    tree = None
     if gated:
-        tree = parse(text)
+        screening = gate.screening
+        tree = screening.tree
         if tree is not None:  # where CPython cannot parse, libcst decides (FSD900, or newer syntax)
-            active, sites = live_rules_and_sites(tree, active)
+            active, sites = screening.live_and_sites()
             if not active:
                 return result  # no selected rule can report anything here: libcst is not needed
     piece = None

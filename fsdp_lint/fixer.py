@@ -72,9 +72,11 @@ def _parses(text: str) -> bool:
     return True
 
 
-def fix_text(text: str, filename: str, rules: Sequence[Type[Rule]], unsafe: bool = False, launch=None) -> FixOutcome:
+def fix_text(
+    text: str, filename: str, rules: Sequence[Type[Rule]], unsafe: bool = False, launch=None, gate=None
+) -> FixOutcome:
     outcome = FixOutcome(text)
-    result: LintResult = lint_text(text, filename, rules, launch=launch)
+    result: LintResult = lint_text(text, filename, rules, launch=launch, gate=gate)
     outcome.initial = list(result.diagnostics)
     for _ in range(MAX_ROUNDS):
         edits, fixes = _non_overlapping(result.diagnostics, unsafe)

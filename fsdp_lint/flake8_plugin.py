@@ -12,13 +12,14 @@ configuration is one FSD902 finding that quotes the error.
 
 from __future__ import annotations
 
+import ast
 import os
 from typing import Iterator, List, Tuple
 
 from fsdp_lint import __version__
 from fsdp_lint.check import Settings
 from fsdp_lint.config import ConfigError
-from fsdp_lint.engine import lint_text
+from fsdp_lint.engine import FileGate, lint_text
 
 SKIPPED_CODES = frozenset({"FSD900", "FSD902"})  # flake8 reports syntax/decoding errors itself
 _SETTINGS = None  # one per process: each pyproject.toml is read once, not once per file
@@ -36,6 +37,7 @@ class Flake8Plugin:
     version = __version__
 
     def __init__(self, tree, filename: str = "stdin", lines: List[str] = ()):
+        self.tree = tree
         self.filename = filename
         self.lines = list(lines)
 
@@ -54,7 +56,10 @@ class Flake8Plugin:
             return
         text = "".join(self.lines)
         try:
-            diagnostics = lint_text(text, self.filename, rules, launch=launch).diagnostics
+            # flake8's own ``ast`` of these lines serves the screen: the file is parsed by libcst
+            # only, and only when a rule can fire
+            gate = FileGate(text, rules, launch, self.tree if isinstance(self.tree, ast.Module) else None)
+            diagnostics = lint_text(text, self.filename, rules, launch=launch, gate=gate).diagnostics
         except RecursionError:
             return
         for d in diagnostics:

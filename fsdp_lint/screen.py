@@ -1154,16 +1154,52 @@ def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
     """The command line's cheap stages after the markers: the compiled-names stage
     (``Summary.confirms``: [] when no rule's topic is named in code) and the screen, from
     one ``ast`` parse.  Text CPython cannot parse keeps every rule (libcst decides)."""
-    tree = parse(text)
-    if tree is None:
-        return list(rules)
-    try:
-        summary = Summary(tree)
-        if not summary.confirms(rules, text):
-            return []
-        return [rule for rule in rules if fires(summary, rule)]
-    except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
-        return list(rules) if ast_confirms(text, rules) else []
+    return Screening(text, rules).confirmed_live()
+
+
+class Screening:
+    """The ``ast`` stage of one text, each step run at most once however often it is
+    asked: the parse, the summary, the compiled-names check and the live rules with
+    their sites (``engine.FileGate`` holds one per file, so the command line's cheap
+    answer and the lint after it share them)."""
+
+    def __init__(self, text: str, rules: Sequence[type], tree: Optional[ast.Module] = None) -> None:
+        self.text = text
+        self.rules = list(rules)
+        self.tree = tree if tree is not None else parse(text)  # ``tree``: the caller's parse of ``text``
+        self._summary: Optional[Summary] = None
+        self._failed = False
+        self._live: Optional[Tuple[List[type], Optional[Sites]]] = None
+
+    def _summarised(self) -> Optional[Summary]:
+        if self._summary is None and not self._failed and self.tree is not None:
+            try:
+                self._summary = Summary(self.tree)
+            except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
+                self._failed = True
+        return self._summary
+
+    def live_and_sites(self) -> Tuple[List[type], Optional[Sites]]:
+        """``live_rules_and_sites`` of the text's tree (every rule and no sites where
+        CPython cannot parse it or the screen fails)."""
+        if self._live is None:
+            summary = self._summarised()
+            self._live = (list(self.rules), None) if summary is None else _live_and_sites(summary, self.rules)
+        return self._live
+
+    def confirmed_live(self) -> List[type]:
+        """``confirmed_live_rules``: the live rules, or [] when no rule's topic is named in code."""
+        if self.tree is None:
+            return list(self.rules)
+        summary = self._summarised()
+        if summary is None:
+            return list(self.rules) if ast_confirms(self.text, self.rules) else []
+        try:
+            if not summary.confirms(self.rules, self.text):
+                return []
+        except Exception:  # noqa: BLE001
+            return list(self.rules) if ast_confirms(self.text, self.rules) else []
+        return self.live_and_sites()[0]
 
 
 def live_rules(tree: Optional[ast.Module], rules: Iterable[type]) -> List[type]:
@@ -1196,6 +1232,13 @@ def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> T
         return rules, None
     try:
         summary = Summary(tree)
+    except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
+        return rules, None
+    return _live_and_sites(summary, rules)
+
+
+def _live_and_sites(summary: Summary, rules: List[type]) -> Tuple[List[type], Optional[Sites]]:
+    try:
         live: List[type] = []
         lines: Set[int] = set()
         complete = True
@@ -1209,7 +1252,7 @@ def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> T
             if found:
                 live.append(rule)
                 lines.update(found)
-        sites = Sites(lines | evidence_lines(summary))
+        sites = Sites(lines | evidence_lines(summary)) if live else Sites()
         if not complete:
             sites.complete = False
         return live, sites

@@ -16,7 +16,7 @@ import re
 import stat
 import tempfile
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
@@ -40,6 +40,9 @@ class SourceFile:
     text: str  # decoded, without BOM
     encoding: str
     bom: bool
+    # what the gate learned about ``text`` (``engine.FileGate``): set by the first stage
+    # that asks, so later stages of the same file do not ask again
+    gate: Optional[object] = field(default=None, repr=False, compare=False)
 
     def encode(self, text: str) -> bytes:
         data = text.encode(self.encoding)

@@ -12,6 +12,7 @@ import pytest
 
 from fsdp_lint import check
 from fsdp_lint.cache import Cache
+from fsdp_lint.screen import Screening
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -96,18 +97,18 @@ def test_a_cache_hit_does_no_work(project, tmp_path, monkeypatch):
     With a cache whose ``get`` always misses, this fails."""
     paths = sorted(str(p) for p in (project / "src").rglob("*.py"))
     work = {"lint": 0, "compile": 0}
-    real_lint, real_compile = check.lint_text, check.confirmed_live_rules
+    real_lint, real_compile = check.lint_text, Screening.confirmed_live
 
     def counted_lint(*args, **kwargs):
         work["lint"] += 1
         return real_lint(*args, **kwargs)
 
-    def counted_compile(*args):
+    def counted_compile(self):
         work["compile"] += 1
-        return real_compile(*args)
+        return real_compile(self)
 
     monkeypatch.setattr(check, "lint_text", counted_lint)
-    monkeypatch.setattr(check, "confirmed_live_rules", counted_compile)
+    monkeypatch.setattr(Screening, "confirmed_live", counted_compile)
     settings = check.Settings(cache=Cache(str(tmp_path / "cache")))
     cold = check.run_files(paths, settings, jobs=1)
     assert work == {"lint": 2, "compile": 3}, work  # data.py: settled by the compile stage

@@ -235,18 +235,18 @@ def test_helper_taking_the_model_as_a_parameter_is_kept():
 
 
 def _without_sites(monkeypatch):
-    """The screen's verdicts without its sites, patched where the engine looks the
-    function up (its own module's binding)."""
-    import fsdp_lint.engine as engine
+    """The screen's verdicts without its sites, patched where the engine's screening looks
+    the function up (``screen``'s own binding, called by ``Screening.live_and_sites``)."""
+    import fsdp_lint.screen as screen
 
-    real = engine.live_rules_and_sites
+    real = screen._live_and_sites
     calls = []
 
-    def without(tree, rules):
-        calls.append(tree)
-        return real(tree, rules)[0], None
+    def without(summary, rules):
+        calls.append(summary)
+        return real(summary, rules)[0], None
 
-    monkeypatch.setattr(engine, "live_rules_and_sites", without)
+    monkeypatch.setattr(screen, "_live_and_sites", without)
     return calls
 
 
