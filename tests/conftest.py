@@ -47,10 +47,12 @@ class VerifyRun:
 
 @pytest.fixture(scope="session")
 def verify_every_rule_on_cpu(tmp_path_factory):
-    """``fsdp-lint verify`` of every rule and every form on CPU/gloo with 2 ranks, run once per
-    test session (each of its programs is a torchrun job): tests/test_verify.py judges the
-    whole run, tests/test_verify_nodes.py compares two nodes' verdicts with its FSD004 and
-    FSD102 rows, tests/test_verify_frameworks.py judges its framework forms."""
+    """``fsdp-lint verify --observe`` of every rule and every form on CPU/gloo with 2 ranks,
+    run once per test session (each of its programs is a torchrun job, run under
+    ``verify --program``'s runtime layer): tests/test_verify.py judges the whole run,
+    tests/test_verify_nodes.py compares two nodes' verdicts with its FSD004 and FSD102 rows,
+    tests/test_verify_frameworks.py judges its framework forms, tests/test_verify_program.py
+    judges what the runtime layer found in each rule's flagged and fixed program."""
     pytest.importorskip("torch")
     log_dir = tmp_path_factory.mktemp("verify-every-rule")
-    return VerifyRun(run_cli("verify", "--format", "json", "--log-dir", log_dir), log_dir)
+    return VerifyRun(run_cli("verify", "--observe", "--format", "json", "--log-dir", log_dir), log_dir)

@@ -82,3 +82,24 @@ def test_skipped_reason_is_one_short_line_unless_verbose(cli, tmp_path):
     data = json.loads(cli("verify", "FSD101", "--form", "accelerate", "--format", "json",
                           "--log-dir", tmp_path / "c").stdout)
     assert [r["reason"] for r in data["results"]] == [WHY]
+
+
+def test_observe_lines_name_each_programs_layer_verdicts():
+    """``verify --observe`` in text: one line per program with the layer's verdicts."""
+    from fsdp_lint.rules import lookup
+    from fsdp_lint.verify.command import layer_lines
+    from fsdp_lint.verify.judge import Judgement
+
+    def report(findings, missed=(), status="OK"):
+        return {"job": {"status": status}, "missed": list(missed), "findings": [
+            {"code": code, "verdict": verdict, "location": {"row": row}} for code, verdict, row in findings
+        ]}
+
+    j = Judgement("CONFIRMED", "x", "y")
+    j.layer = {"flagged": report([("FSD001", "CONFIRMED", 27)]), "fixed": report([], status="ERROR")}
+    plain = Judgement("CONFIRMED", "x", "y")
+    lines = layer_lines([(lookup("FSD001"), j, None), (lookup("FSD002"), plain, None)])
+    assert lines == [
+        "[FSD001] runtime layer, flagged program: FSD001 CONFIRMED at line 27",
+        "[FSD001] runtime layer, fixed program (job ERROR): no finding",
+    ]

@@ -18,7 +18,10 @@ from fsdp_lint.scenarios.registry import forms, scenarios_for, variants
 from fsdp_lint.verify import records
 from fsdp_lint.verify.judge import ERROR, SKIPPED, Judgement, judge, summarize
 from fsdp_lint.verify.launcher import Topology, launch, probe
-from fsdp_lint.verify.program.command import run_program
+from fsdp_lint.verify.program.command import ENTRY, SPEC_ENV, run_program, static_findings
+from fsdp_lint.verify.program.evidence import collect
+from fsdp_lint.verify.program.join import join
+from fsdp_lint.verify.program.report import RunInfo, to_json
 from fsdp_lint.verify.program.options import program_parser, wants_program
 from fsdp_lint.verify.scenario import label
 
@@ -48,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
         "line; --format json always keeps it whole)",
     )
     parser.add_argument("--log-dir", default=None, help="where each rank's log is kept (default: a new temp folder)")
+    parser.add_argument(
+        "--observe", action="store_true",
+        help="run each program under verify --program's runtime layer too, and report what the layer found in "
+        "it (a check of the layer against every scenario, with no extra torchrun job)",
+    )
     parser.add_argument(
         "--record", metavar="DIR", default=None,
         help="write a machine record of the run (versions, hashes, every rank's exit and evidence) into DIR",
@@ -162,19 +170,54 @@ class Run:
         timeout = args.timeout or scenario.timeout
         outcomes = []
         where = f"{ranks(self.topology.world_size)}, {self.backend}/{args.device}, torch {self.info['version']}"
+        layer = {}
         for kind, program in (("flagged", flagged), ("fixed", fixed)):
             self.progress(f"[{name}] {kind} program: started ({where})")
+            log_dir = folder / kind
+            env = observed(program, log_dir) if args.observe else None
             outcome = launch(
-                str(program), str(folder / kind), self.topology.nproc, self.backend,
-                args.device, timeout, python=self.python, topology=self.topology, index=self.index,
+                str(ENTRY) if args.observe else str(program), str(log_dir), self.topology.nproc, self.backend,
+                args.device, timeout, env=env, python=self.python, topology=self.topology, index=self.index,
                 tag=f"{folder.name}-{kind}",
             )
             self.index += 1
             self.progress(f"[{name}] {kind} program: finished in {outcome.seconds:.1f} s: {outcome.describe()}")
             outcomes.append(outcome)
+            if args.observe:
+                layer[kind] = layer_report(program, outcome, self.topology.nproc, self.backend, args.device,
+                                           self.info["version"])
         judgement = judge(scenario, *outcomes, self.info["version"])
         judgement.outcomes = tuple(outcomes)
+        judgement.layer = layer
         return judgement
+
+
+def observed(program: Path, log_dir: Path) -> dict:
+    """The environment that runs ``program`` under ``verify --program``'s runtime layer
+    (``ENTRY``), its events kept beside the ranks' reports in ``log_dir``."""
+    spec = {"target": str(program), "module": False, "argv": [], "dir": str(log_dir), "steps": None, "checksums": True}
+    return {SPEC_ENV: json.dumps(spec)}
+
+
+def layer_report(program: Path, outcome, nproc: int, backend: str, device: str, version: str) -> dict:
+    """What ``verify --program`` says of one scenario program's run: its static findings
+    joined to the layer's events (``program.report.to_json``)."""
+    findings, _, _ = static_findings([str(program)])
+    verification = join(findings, collect(outcome, nproc))
+    info = RunInfo(str(program), version, nproc, backend, device, outcome.log_dir, outcome.seconds)
+    return to_json(verification, info)
+
+
+def layer_lines(results) -> List[str]:
+    """One line per program run under the layer (``--observe``): the verdicts it gave."""
+    lines = []
+    for rule, j, _ in results:
+        for kind, report in j.layer.items():
+            verdicts = [f"{f['code']} {f['verdict']} at line {f['location']['row']}" for f in report["findings"]]
+            verdicts += [f"{m['code']} {m['verdict']}" for m in report["missed"]]
+            status = "" if report["job"]["status"] == "OK" else f" (job {report['job']['status']})"
+            lines.append(f"[{rule.code}] runtime layer, {kind} program{status}: " + ("; ".join(verdicts) or "no finding"))
+    return lines
 
 
 def ranks(count: int) -> str:
@@ -273,6 +316,8 @@ def run_verify(argv) -> int:
         run, results = runs[0]
         where = f"{run.backend}/{args.device}, {ranks(topology.world_size)}"
         print(render_table(run.info["version"], where, results, args.verbose))
+        if args.observe:
+            print("\n".join(layer_lines(results)))
     else:
         print(render_matrix(runs, args.verbose))
     if not args.verbose and args.format != "json" and any(
@@ -306,6 +351,7 @@ def _json(runs, args, topology: Topology, root: Path) -> dict:
                     "fixed": j.fixed,
                     "reason": j.reason,
                     "hazard_fixed_in": scenario.hazard_fixed_in if scenario else None,
+                    **({"layer": j.layer} if j.layer else {}),
                 }
                 for rule, j, scenario in results
             ],

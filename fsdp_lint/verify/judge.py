@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fsdp_lint.verify.launcher import ProgramOutcome
 from fsdp_lint.verify.logs import is_warning_line
@@ -33,6 +33,8 @@ class Judgement:
     fixed: str
     reason: str = ""
     outcomes: Tuple[ProgramOutcome, ...] = field(default=(), compare=False, repr=False)  # flagged, fixed
+    # ``verify --observe``: what the runtime layer reported of each program ("flagged"/"fixed")
+    layer: Dict[str, dict] = field(default_factory=dict, compare=False, repr=False)
 
 
 def clean_text(outcome: ProgramOutcome) -> str:

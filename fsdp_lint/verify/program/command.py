@@ -21,6 +21,7 @@ from fsdp_lint.verify.program.options import OptionsError, ProgramOptions, parse
 from fsdp_lint.verify.program.report import RunInfo, exit_status, render
 
 ENTRY = Path(__file__).resolve().parent / "_entry.py"
+SPEC_ENV = "FSDP_LINT_OBSERVE"  # the layer's spec (``observe.SPEC_ENV``; observe imports torch, this process never does)
 INSTALL_HINT = "install it with: pip install '.[verify]' in the fsdp-lint clone (or pip install torch)"
 
 
@@ -108,7 +109,7 @@ def run_program(argv: List[str]) -> int:
         "checksums": opts.checksums,
     }
     env = dict(opts.torchrun_env)
-    env["FSDP_LINT_OBSERVE"] = json.dumps(spec)
+    env[SPEC_ENV] = json.dumps(spec)
     _progress(f"running {opts.target} under torchrun: {opts.nproc} rank(s), {backend}/{device}, "
               f"timeout {opts.timeout:.0f} s" + (f", stop after {opts.steps} optimizer step(s)" if opts.steps else ""))
     start = time.monotonic()
