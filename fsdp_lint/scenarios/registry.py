@@ -447,6 +447,29 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         fixed_by=(("    model = model.to(torch.bfloat16)\n", ""),),
         hazard="the sharded parameters and the optimizer state are bfloat16 (the policy's fp32 master weights do not exist)",
     ),
+    "FSD114": Scenario(
+        program="fsd114_forward_method_not_registered.py",
+        hazard="TODO",
+    ),
+    "FSD115": Scenario(
+        program="fsd115_root_without_mixed_precision.py",
+        hazard="TODO",
+    ),
+    "FSD116": Scenario(
+        program="fsd116_param_edit_between_unshard_reshard.py",
+        fixed_by=((
+            "    model.unshard()\n"
+            "    with torch.no_grad():\n"
+            "        for p in model.parameters():\n"
+            "            p.mul_(0.5)\n"
+            "    model.reshard()\n",
+            "    with torch.no_grad():\n"
+            "        for p in model.parameters():\n"
+            "            p.mul_(0.5)\n",
+        ),),
+        hazard="the local shards keep their old values after reshard() (the edit made to the unsharded parameters "
+        "is discarded)",
+    ),
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:
