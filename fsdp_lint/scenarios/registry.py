@@ -449,7 +449,14 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
     ),
     "FSD114": Scenario(
         program="fsd114_forward_method_not_registered.py",
-        hazard="TODO",
+        fixed_by=((
+            "    fully_shard(model, mesh=mesh)\n",
+            "    fully_shard(model, mesh=mesh)\n"
+            "    register_fsdp_forward_method(model, \"encode\")\n",
+        ),),
+        hazard="RuntimeError: got mixed torch.Tensor and DTensor (the root's own parameters are still sharded "
+        "DTensors in a method other than forward)",
+        errors=(r"got mixed torch\.Tensor and DTensor",),
     ),
     "FSD115": Scenario(
         program="fsd115_root_without_mixed_precision.py",
