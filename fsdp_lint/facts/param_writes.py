@@ -106,6 +106,12 @@ def _tainted(facts: ModuleFacts, function, seeds: Iterable[str]) -> FrozenSet[st
     return frozenset(names)
 
 
+def bound_from(facts: ModuleFacts, function, names: Iterable[str]) -> FrozenSet[str]:
+    """``names`` and every name of ``function`` bound from one of them without a copy
+    (``for layer in model.layers``, ``block = model.blocks[0]``): what reaches their modules."""
+    return _tainted(facts, function, names)
+
+
 def param_edits(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional[str]]) -> List[Mutation]:
     """The writes inside ``block`` that may edit the parameters of ``modules`` (the gathered
     modules' names; None stands for a module expression that is not a name, where any

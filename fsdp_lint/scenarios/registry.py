@@ -460,7 +460,10 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
     ),
     "FSD115": Scenario(
         program="fsd115_root_without_mixed_precision.py",
-        hazard="TODO",
+        fixed_by=(("    fully_shard(model, mesh=mesh)\n", "    fully_shard(model, mesh=mesh, mp_policy=policy)\n"),),
+        hazard="the root's own modules (final norm, output head) compute in float32 on the layers' bfloat16 "
+        "activations (float32 logits), or a dtype mismatch RuntimeError where a root module meets a layer's output",
+        errors=(r"expected m1 and m2 to have the same dtype", r"mat1 and mat2 must have the same dtype"),
     ),
     "FSD116": Scenario(
         program="fsd116_param_edit_between_unshard_reshard.py",
