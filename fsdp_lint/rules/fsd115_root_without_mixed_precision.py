@@ -20,7 +20,7 @@ class RootWithoutMixedPrecision(Rule):
 ## What it does
 Checks for `fully_shard(model, ...)` with no `mp_policy` (or one whose `param_dtype` is the
 other low-precision dtype) after, in the same function, `fully_shard` sharded a submodule
-of `model` (`model.layers[i]`, `for layer in model.layers`, `model.encoder`) with
+of `model` (`for layer in model.layers`, `enumerate(model.blocks)`, `model.encoder`) with
 `MixedPrecisionPolicy(param_dtype=torch.bfloat16)` or `torch.float16`. A root policy given
 explicitly with `param_dtype=torch.float32` or none is taken as a choice and left alone;
 so is a policy that cannot be read (a parameter, an unreadable `**kwargs`).
