@@ -48,14 +48,16 @@ hook (`FSDPState._pre_forward` / `_post_forward`, registered with
 run when the module is called, `m(...)`. Any other method runs with `m`'s own parameters
 (those no nested `fully_shard` owns: embeddings, heads, final norms) still sharded DTensors,
 and fails: `RuntimeError: aten.embedding.default got mixed torch.Tensor and DTensor, need to
-convert all torch.Tensor to DTensor before calling distributed operators!` (measured by the
-verifier on CPU/gloo, torch 2.13.0, 1 and 2 ranks, before and after a training step; sglang
-#34575, pytorch#125394, #156535). Right after a forward without backward it can run, because FSDP2
-leaves the root unsharded after its forward: the failure looks intermittent.
+convert all torch.Tensor to DTensor before calling distributed operators!` (CPU/gloo, torch
+2.13.0, 1 and 2 ranks: by the verifier after a training step, by hand also before any step;
+sglang#34575, pytorch#125394, #156535). Right after a forward without backward it runs,
+because FSDP2 leaves the root unsharded after its forward (measured): the failure looks
+intermittent.
 `register_fsdp_forward_method(m, "encode")` (torch/distributed/fsdp/_fully_shard/
 _fully_shard.py) wraps the method with the same pre- and post-forward hooks.
 Calling `m.forward(...)` directly skips the hooks the same way (measured); this rule leaves
-that call alone.
+that call alone. Measured on torch 2.13.0, the newest release installed here; no release is
+known to change this, so the rule sets no `hazard_fixed_in`.
 
 ## Example
 ```python

@@ -42,6 +42,9 @@ the float32 logits by the verifier at 1 and 2 ranks):
   with the root given the same policy), the largest matmul of a language model at full
   precision (speculators#530, torchtitan#2886).
 
+Measured on torch 2.13.0, the newest release installed here; no release is known to change
+this, so the rule sets no `hazard_fixed_in`.
+
 ## Example
 ```python
 import torch
