@@ -48,7 +48,8 @@ from fsdp_lint.facts.frameworks import ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN,
 from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
-from fsdp_lint.rules.fsd105_generate_outside_summon import ENTRY_POINTS, INNER
+from fsdp_lint.facts.forward_methods import ENTRY_POINTS
+from fsdp_lint.rules.fsd105_generate_outside_summon import INNER
 from fsdp_lint.facts.dtensors import GATHERS, NORM_FUNCTIONS, PASS_THROUGH, TOTAL_NORM
 from fsdp_lint.rules.fsd106_grad_norm_read_per_rank import BUILTIN_READS, READS
 from fsdp_lint.facts.dtypes import CAST_METHODS, TORCH_DTYPES

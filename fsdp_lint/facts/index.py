@@ -326,7 +326,7 @@ class _Indexer:
         push_children(node, stack)
 
     def _mutation(self, node: cst.CSTNode, targets=()) -> None:
-        self.facts.mutations.append(Mutation(node, self._context(), tuple(targets)))
+        self.facts.mutations.append(Mutation(node, self._context(), tuple(targets), self.order))
 
     def on_mutating_statement(self, node, stack) -> None:
         if isinstance(node, cst.AugAssign):

@@ -83,6 +83,9 @@ class Mutation:
     node: cst.CSTNode
     ctx: Context
     targets: Tuple[cst.BaseExpression, ...] = ()
+    # position in evaluation order (``CallSite.order``): the latest order given when the
+    # write is recorded (a call's own order; an assignment's after its right side)
+    order: int = 0
 
 
 @dataclass(eq=False)

@@ -7,7 +7,8 @@ writes to comes from the gathered module: the module itself (``model.fc.weight =
 anything else (a dict of CPU copies, a stats object, an accumulator tensor, another
 module's ``.weight``/``.data`` such as an inference engine's copy) are not edits of the
 gathered parameters: they survive ``writeback=False`` unchanged.  These are the edits the
-file shows, for rules that flag them (FSD005); whether a fix may drop an edit is the
+file shows, for rules that flag them (FSD005 in a summon block; FSD116 between FSDP2's
+``unshard()`` and ``reshard()``, ``param_edits_between``); whether a fix may drop an edit is the
 wider question of ``facts.read_only_blocks``.  ``.clone()``, ``.item()``, ``.tolist()`` and unknown calls
 make a copy; views (``.detach()``, ``.view()``, ``.data``, ``.to()``, ``.cpu()``, which
 return the same storage when nothing moves) do not.
@@ -105,6 +106,12 @@ def _tainted(facts: ModuleFacts, function, seeds: Iterable[str]) -> FrozenSet[st
     return frozenset(names)
 
 
+def bound_from(facts: ModuleFacts, function, names: Iterable[str]) -> FrozenSet[str]:
+    """``names`` and every name of ``function`` bound from one of them without a copy
+    (``for layer in model.layers``, ``block = model.blocks[0]``): what reaches their modules."""
+    return _tainted(facts, function, names)
+
+
 def param_edits(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional[str]]) -> List[Mutation]:
     """The writes inside ``block`` that may edit the parameters of ``modules`` (the gathered
     modules' names; None stands for a module expression that is not a name, where any
@@ -118,6 +125,19 @@ def param_edits(facts: ModuleFacts, block: WithBlock, modules: Iterable[Optional
     names = _tainted(facts, writes[0].ctx.function, modules)
     # a write whose target is unknown is assumed to edit
     return [w for w in writes if not w.targets or any(_root(t, names) for t in written(facts, w))]
+
+
+def param_edits_between(facts: ModuleFacts, function, start: int, end: int, modules: Iterable[str]) -> List[Mutation]:
+    """The writes of ``function`` (None: module level) that run after evaluation order
+    ``start`` and before ``end`` (``Mutation.order``: source order, so a write between two
+    calls of one block, FSDP2's ``m.unshard()`` ... ``m.reshard()``) and may edit the
+    parameters of ``modules`` (names), by the same reading as ``param_edits``."""
+    writes = [m for m in facts.mutations if m.ctx.function is function and start <= m.order < end]
+    if not writes:
+        return []
+    names = _tainted(facts, function, modules)
+    # only writes whose target is seen (a flag, unlike ``param_edits``' "may edit")
+    return [w for w in writes if any(_root(t, names) for t in written(facts, w))]
 
 
 def written(facts: ModuleFacts, write: Mutation) -> tuple:

@@ -17,6 +17,24 @@ FULLY_SHARD = frozenset(
         "torch.distributed.fsdp._fully_shard._fully_shard.fully_shard",
     }
 )
+# FSDP2's ``register_fsdp_forward_method(module, method_name)``
+REGISTER_FSDP_FORWARD_METHOD = frozenset(
+    {
+        "torch.distributed.fsdp.register_fsdp_forward_method",
+        "torch.distributed._composable.fsdp.register_fsdp_forward_method",
+        "torch.distributed._composable.fsdp.fully_shard.register_fsdp_forward_method",
+        "torch.distributed.fsdp._fully_shard.register_fsdp_forward_method",
+        "torch.distributed.fsdp._fully_shard._fully_shard.register_fsdp_forward_method",
+    }
+)
+MIXED_PRECISION_POLICY = frozenset(
+    {
+        "torch.distributed.fsdp.MixedPrecisionPolicy",
+        "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
+        "torch.distributed.fsdp._fully_shard.MixedPrecisionPolicy",
+        "torch.distributed.fsdp._fully_shard._fsdp_api.MixedPrecisionPolicy",
+    }
+)
 CPU_OFFLOAD = frozenset(
     {
         "torch.distributed.fsdp.CPUOffload",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.forward_methods import ENTRY_POINTS
 from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.rebinding import rebound_between
@@ -12,17 +13,6 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
-# Methods of the wrapped model (reached through FSDP.__getattr__) that run its forward
-# without FSDP's root forward: neither FullyShardedDataParallel nor nn.Module defines them.
-ENTRY_POINTS = frozenset(
-    {
-        "generate",  # transformers GenerationMixin, most decoder models
-        "encode_image", "encode_text",  # CLIP-style towers (open_clip)
-        "get_image_features", "get_text_features",  # transformers CLIPModel and friends
-        "encode", "decode",  # autoencoders (diffusers AutoencoderKL), seq2seq encoders
-        "sample",  # diffusion models' sampling loops
-    }
-)
 # Attributes that hand back the module FSDP wraps.
 INNER = ("module", "_fsdp_wrapped_module")
 
@@ -39,8 +29,8 @@ Checks for `m.generate(...)` and the other entry points that run a model's forwa
 one of its own methods (`encode_image`, `encode_text`, `get_image_features`,
 `get_text_features`, `encode`, `decode`, `sample`), also through `m.module`, where `m` is
 wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy, outside a
-`summon_full_params` block. Not for FSDP2 (`fully_shard`), whose forward pre-hooks run
-whichever method calls the module, nor for `NO_SHARD`. A strategy held in a variable is not
+`summon_full_params` block. Not for FSDP2 (`fully_shard`), which has no summon (FSD114
+covers its entry points), nor for `NO_SHARD`. A strategy held in a variable is not
 judged. A summon entered less directly counts as one: a context held in a name (`ctx =
 FSDP.summon_full_params(m, ...); with ctx:`), `stack.enter_context(...)` in an enclosing
 `ExitStack` block, a `@contextmanager` helper of this file that enters one.
@@ -82,7 +72,8 @@ with FSDP.summon_full_params(model, writeback=False, recurse=False):
 ```
 
 `recurse=False` gathers only the root's own parameters; the nested FSDP units gather theirs
-in their own forwards. FSDP2 (`fully_shard`) needs no block.
+in their own forwards. FSDP2 (`fully_shard`) has no such block: register the method with
+`register_fsdp_forward_method` (FSD114).
 
 ## Fix safety
 No automatic fix: the block gathers the root's parameters on every rank (memory), and

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.dataflow import sources
-from fsdp_lint.facts.dtypes import LOW_PRECISION, canonical_dtype, loaded_dtype, module_casts
+from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, module_casts
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.scopes import latest_binding, runs_before
+from fsdp_lint.facts.values import UNKNOWN
 from fsdp_lint.rules.base import FIX_NEVER, Rule
-
-MIXED_PRECISION_POLICY = frozenset(
-    {
-        "torch.distributed.fsdp.MixedPrecisionPolicy",
-        "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
-        "torch.distributed.fsdp._fully_shard.MixedPrecisionPolicy",
-        "torch.distributed.fsdp._fully_shard._fsdp_api.MixedPrecisionPolicy",
-    }
-)
 
 
 class WeightsAlreadyInParamDtype(Rule):
@@ -92,18 +84,8 @@ No automatic fix: pure low-precision training can be intended (then suppress wit
 
 
 def _policy_dtype(facts: ModuleFacts, wrap):
-    arg = wrap.kwargs.get("mp_policy")
-    if arg is None:
-        return None
-    found = sources(facts, arg.value, wrap.site.ctx, wrap.site.order)
-    dtypes = set()
-    for source in found.found:
-        call = source.expr
-        if not isinstance(call, cst.Call) or facts.qualname(call.func) not in MIXED_PRECISION_POLICY:
-            return None
-        param = next((a for a in call.args if a.keyword is not None and a.keyword.value == "param_dtype"), None)
-        dtypes.add(canonical_dtype(facts, param.value) if param is not None else None)
-    return dtypes.pop() if found.complete and len(dtypes) == 1 else None
+    policy = mp_policy(facts, wrap)
+    return None if policy is UNKNOWN else policy.param_dtype
 
 
 def _cast_before(facts: ModuleFacts, wrap, dtype):

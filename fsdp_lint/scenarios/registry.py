@@ -447,6 +447,39 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         fixed_by=(("    model = model.to(torch.bfloat16)\n", ""),),
         hazard="the sharded parameters and the optimizer state are bfloat16 (the policy's fp32 master weights do not exist)",
     ),
+    "FSD114": Scenario(
+        program="fsd114_forward_method_not_registered.py",
+        fixed_by=((
+            "    fully_shard(model, mesh=mesh)\n",
+            "    fully_shard(model, mesh=mesh)\n"
+            "    register_fsdp_forward_method(model, \"encode\")\n",
+        ),),
+        hazard="RuntimeError: got mixed torch.Tensor and DTensor (the root's own parameters are still sharded "
+        "DTensors in a method other than forward)",
+        errors=(r"got mixed torch\.Tensor and DTensor",),
+    ),
+    "FSD115": Scenario(
+        program="fsd115_root_without_mixed_precision.py",
+        fixed_by=(("    fully_shard(model, mesh=mesh)\n", "    fully_shard(model, mesh=mesh, mp_policy=policy)\n"),),
+        hazard="the root's own modules (final norm, output head) compute in float32 on the layers' bfloat16 "
+        "activations (float32 logits), or a dtype mismatch RuntimeError where a root module meets a layer's output",
+        errors=(r"expected m1 and m2 to have the same dtype", r"mat1 and mat2 must have the same dtype"),
+    ),
+    "FSD116": Scenario(
+        program="fsd116_param_edit_between_unshard_reshard.py",
+        fixed_by=((
+            "    model.unshard()\n"
+            "    with torch.no_grad():\n"
+            "        for p in model.parameters():\n"
+            "            p.mul_(0.5)\n"
+            "    model.reshard()\n",
+            "    with torch.no_grad():\n"
+            "        for p in model.parameters():\n"
+            "            p.mul_(0.5)\n",
+        ),),
+        hazard="the local shards keep their old values after reshard() (the edit made to the unsharded parameters "
+        "is discarded)",
+    ),
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:

@@ -1,0 +1,170 @@
+"""Methods that run a model's computation without its ``forward`` being called through
+``__call__``, and FSDP2's ``register_fsdp_forward_method`` that makes one run FSDP's hooks.
+
+- ``ENTRY_POINTS``: library methods that run a model's forward, or its submodules, from one
+  of its own methods (``generate``, ``encode``, ``get_image_features``, ...).  FSD105 (FSDP1:
+  ``FSDP.__getattr__`` hands back the inner model's method) reads all of them.
+- ``CALL_THROUGH_SELF``: the ones among them that reach the model through ``self(...)``
+  (transformers' ``GenerationMixin.generate`` calls ``self(**model_inputs)``), so a module's
+  forward hooks run: FSDP2's do (FSD114 leaves them alone).
+- ``in_file_method(facts, origin, name)``: for a module built from a class of this file, what
+  its method ``name`` does: ``HOOKS`` (it calls ``self(...)``, also through the class's other
+  methods), ``BYPASS`` (it calls a submodule the class builds, ``self.embed(...)``, that the
+  file does not shard apart (``fully_shard(model.embed)``), or ``self.forward(...)``, and never
+  ``self(...)``), or None (not a method of an in-file class, or nothing visible either way).
+- ``registered_forward_methods(facts)``: the method names this file registers with
+  ``register_fsdp_forward_method``; ``None`` in the set when a name is not a literal.
+"""
+
+from __future__ import annotations
+
+from typing import FrozenSet, Optional, Set
+
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules
+from fsdp_lint.facts.model import ModuleFacts
+from fsdp_lint.facts.scopes import methods_of
+from fsdp_lint.facts.values import first_positional, keyword_args, literal_string, positional_args
+
+# Methods of a model that run its forward (or its submodules) from a method of its own:
+# neither FullyShardedDataParallel nor nn.Module defines them.
+ENTRY_POINTS = frozenset(
+    {
+        "generate",  # transformers GenerationMixin, most decoder models
+        "encode_image", "encode_text",  # CLIP-style towers (open_clip)
+        "get_image_features", "get_text_features",  # transformers CLIPModel and friends
+        "encode", "decode",  # autoencoders (diffusers AutoencoderKL), seq2seq encoders
+        "sample",  # diffusion models' sampling loops
+    }
+)
+# ... of which these call the model itself (``self(...)``): its forward hooks run
+CALL_THROUGH_SELF = frozenset({"generate"})
+
+HOOKS = "hooks"
+BYPASS = "bypass"
+MAX_DEPTH = 3
+
+
+def _class_of(facts: ModuleFacts, origin: Origin) -> Optional[cst.ClassDef]:
+    """The class of this file the module sharded by ``origin`` is built from, when every
+    value it may have is one call of that class (``model = Transformer(cfg)``)."""
+    wrap = origin.wrap
+    if wrap.through is not None:
+        return None
+    first = first_positional(wrap.site.node) or keyword_args(wrap.site.node).get("module")
+    if first is None:
+        return None
+    found = sources(facts, first.value, wrap.site.ctx, wrap.site.order, origin.via)
+    classes = set()
+    for source in found.found:
+        call = source.expr
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name)):
+            return None
+        if facts.qualname(call.func) is not None or call.func.value not in facts.classes:
+            return None
+        classes.add(call.func.value)
+    if not found.complete or len(classes) != 1:
+        return None
+    return facts.classes[classes.pop()]
+
+
+def _is_module_constructor(facts: ModuleFacts, value: cst.BaseExpression) -> bool:
+    """``nn.Linear(...)``, ``nn.ModuleList([...])``, a class of this file, ``X.from_pretrained(...)``."""
+    if not isinstance(value, cst.Call):
+        return False
+    qualname = facts.qualname(value.func) or ""
+    if qualname.startswith("torch.nn.") and not qualname.startswith(
+        ("torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.nn.Parameter", "torch.nn.parameter")
+    ):
+        return True
+    if isinstance(value.func, cst.Name) and not qualname and value.func.value in facts.classes:
+        return True
+    return isinstance(value.func, cst.Attribute) and value.func.attr.value in ("from_pretrained", "from_config")
+
+
+def submodule_attrs(facts: ModuleFacts, class_def: cst.ClassDef) -> FrozenSet[str]:
+    """``X`` for each ``self.X = <a module>`` in the methods of ``class_def``."""
+    def compute(f):
+        return frozenset(
+            b.target[len("self."):]
+            for b in f.bindings
+            if b.ctx.class_def is class_def and b.kind == "assign" and b.index is None
+            and b.target.startswith("self.") and b.target.count(".") == 1 and _is_module_constructor(f, b.value)
+        )
+    return facts.cached(("submodule_attrs", id(class_def)), compute)
+
+
+def _self_attr(expr: cst.BaseExpression) -> Optional[str]:
+    """``X`` when ``expr`` is ``self.X``."""
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        return expr.attr.value
+    return None
+
+
+def sharded_apart(facts: ModuleFacts) -> FrozenSet[str]:
+    """Last attribute names of the modules this file shards with ``fully_shard`` by a dotted
+    name (``fully_shard(model.encoder)``: ``encoder``): a submodule of that name has FSDP
+    hooks of its own, its call gathers its parameters."""
+    from_wraps = fsdp_modules(facts).fsdp2_wraps
+    return frozenset(w.wrapped.rsplit(".", 1)[-1] for w in from_wraps if w.wrapped and "." in w.wrapped)
+
+
+def _method_does(facts: ModuleFacts, class_def: cst.ClassDef, name: str, depth: int) -> Optional[str]:
+    infos = methods_of(facts, class_def, name)
+    if len(infos) != 1 or depth > MAX_DEPTH:
+        return None
+    function = infos[0].node
+    # submodules the root's own group holds: built by the class, not sharded apart
+    modules = submodule_attrs(facts, class_def) - sharded_apart(facts)
+    verdict = None
+    for site in facts.calls:
+        if site.ctx.function is not function:
+            continue
+        func = site.node.func
+        if isinstance(func, cst.Name) and func.value == "self":
+            return HOOKS
+        attr = _self_attr(func)
+        if attr is None:
+            continue
+        if attr == "forward":
+            verdict = BYPASS
+        elif methods_of(facts, class_def, attr):
+            inner = _method_does(facts, class_def, attr, depth + 1)
+            if inner == HOOKS:
+                return HOOKS
+            verdict = verdict or inner
+        elif attr in modules:
+            verdict = BYPASS
+    return verdict
+
+
+def in_file_method(facts: ModuleFacts, origin: Origin, name: str) -> Optional[str]:
+    """``HOOKS``, ``BYPASS`` or None for ``m.<name>(...)`` on the module ``origin`` shards."""
+    class_def = _class_of(facts, origin)
+    if class_def is None:
+        return None
+    return _method_does(facts, class_def, name, 0)
+
+
+def defined_in_file_class(facts: ModuleFacts, origin: Origin, name: str) -> bool:
+    """The module's class is of this file and defines ``name`` itself."""
+    class_def = _class_of(facts, origin)
+    return class_def is not None and bool(methods_of(facts, class_def, name))
+
+
+def registered_forward_methods(facts: ModuleFacts) -> Set[Optional[str]]:
+    """Method names given to ``register_fsdp_forward_method(module, name)`` in this file
+    (None: a name that is not a string literal, which may be any)."""
+    def compute(f):
+        names: Set[Optional[str]] = set()
+        for site in f.calls:
+            if f.qualname(site.node.func) not in torch_api.REGISTER_FSDP_FORWARD_METHOD:
+                continue
+            args = positional_args(site.node)
+            arg = args[1] if len(args) > 1 else keyword_args(site.node).get("method_name")
+            names.add(literal_string(arg.value) if arg is not None else None)
+        return names
+    return facts.cached("registered_forward_methods", compute)
