@@ -447,6 +447,19 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         fixed_by=(("    model = model.to(torch.bfloat16)\n", ""),),
         hazard="the sharded parameters and the optimizer state are bfloat16 (the policy's fp32 master weights do not exist)",
     ),
+    "FSD119": Scenario(
+        program="fsd119_root_forward_before_optimizer.py",
+        fixed_by=((
+            "    with torch.no_grad():\n"
+            "        model(batch)\n"
+            "    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)\n",
+            "    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)\n"
+            "    with torch.no_grad():\n"
+            "        model(batch)\n",
+        ),),
+        hazard="the optimizer holds the root's unsharded plain tensors: the root's sharded parameters are unchanged "
+        "by the training steps",
+    ),
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:
