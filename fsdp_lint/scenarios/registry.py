@@ -460,6 +460,17 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         hazard="the optimizer holds the root's unsharded plain tensors: the root's sharded parameters are unchanged "
         "by the training steps",
     ),
+    "FSD118": Scenario(
+        program="fsd118_tied_parameters_in_separate_groups.py",
+        fixed_by=((
+            "    fully_shard(model.embed, mesh=mesh)\n"
+            "    fully_shard(model.lm_head, mesh=mesh)\n",
+            "    fully_shard([model.embed, model.lm_head], mesh=mesh)\n",
+        ),),
+        hazard="ValueError at the first forward: the tied parameter is managed by two FSDP groups "
+        "(torch <= 2.11: no error, the tie is broken after training)",
+        errors=(r"ValueError: Parameter '[\w.]+' is shared with a parameter already managed by another FSDP group",),
+    ),
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:
