@@ -447,6 +447,29 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         fixed_by=(("    model = model.to(torch.bfloat16)\n", ""),),
         hazard="the sharded parameters and the optimizer state are bfloat16 (the policy's fp32 master weights do not exist)",
     ),
+    "FSD117": Scenario(
+        program="fsd117_to_empty_without_init.py",
+        fixed_by=((
+            "    model.to_empty(device=device)\n",
+            "    model.to_empty(device=device)\n"
+            "    for layer in model.modules():\n"
+            "        if isinstance(layer, torch.nn.Linear):\n"
+            "            layer.reset_parameters()\n",
+        ),),
+        hazard="after to_empty the parameters are uninitialised memory (values outside nn.Linear's init range, "
+        "non-finite or all zero)",
+    ),
+    "FSD118": Scenario(
+        program="fsd118_tied_parameters_in_separate_groups.py",
+        fixed_by=((
+            "    fully_shard(model.embed, mesh=mesh)\n"
+            "    fully_shard(model.lm_head, mesh=mesh)\n",
+            "    fully_shard([model.embed, model.lm_head], mesh=mesh)\n",
+        ),),
+        hazard="ValueError at the first forward: the tied parameter is managed by two FSDP groups "
+        "(torch <= 2.11: no error, the tie is broken after training)",
+        errors=(r"ValueError: Parameter '[\w.]+' is shared with a parameter already managed by another FSDP group",),
+    ),
     "FSD119": Scenario(
         program="fsd119_root_forward_before_optimizer.py",
         fixed_by=((
@@ -459,17 +482,6 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         ),),
         hazard="the optimizer holds the root's unsharded plain tensors: the root's sharded parameters are unchanged "
         "by the training steps",
-    ),
-    "FSD118": Scenario(
-        program="fsd118_tied_parameters_in_separate_groups.py",
-        fixed_by=((
-            "    fully_shard(model.embed, mesh=mesh)\n"
-            "    fully_shard(model.lm_head, mesh=mesh)\n",
-            "    fully_shard([model.embed, model.lm_head], mesh=mesh)\n",
-        ),),
-        hazard="ValueError at the first forward: the tied parameter is managed by two FSDP groups "
-        "(torch <= 2.11: no error, the tie is broken after training)",
-        errors=(r"ValueError: Parameter '[\w.]+' is shared with a parameter already managed by another FSDP group",),
     ),
 }
 
