@@ -33,9 +33,9 @@ runs on garbage without an error: NaN or a loss far from a random init's (11.08 
 3.63 reported, transformers#45902, torchtitan#4783, SkyRL#1709). Buffers computed in
 `__init__` (RoPE `inv_freq`) are lost the same way and need their own re-computation.
 Measured by the verifier on CPU/gloo, torch 2.13.0, one and two ranks (a 3-layer MLP):
-all 6 parameters after `to_empty` held values outside `nn.Linear`'s init range or
-non-finite, and the first loss was NaN; with `reset_parameters()` on each layer after
-`to_empty`, none.
+after `to_empty`, 5 or 6 of the 6 parameters (it varies with what the memory held) were
+outside `nn.Linear`'s init range, non-finite or zero, and the first loss was NaN; with
+`reset_parameters()` on each layer after `to_empty`, none.
 
 ## Example
 ```python
