@@ -11,6 +11,12 @@
   one group of both; ``for m in (a, b): fully_shard(m)`` one group per element.
 - ``instance_class(facts, name_node, ctx, order)``: the class of this file an object comes
   from (every source a call of that class), for ties declared in a class.
+- ``ties_word_embeddings(facts, name_node, ctx, order)``: the object is a transformers model
+  loaded with ``tie_word_embeddings=True`` said in the file (``from_pretrained(...,
+  tie_word_embeddings=True)``, ``from_config(config)`` with ``config`` from such a call or
+  ``AutoConfig.from_pretrained(..., tie_word_embeddings=True)``): its output embedding
+  (``lm_head``, ``get_output_embeddings()``) shares the input embedding's weight
+  (``embed_tokens``, ``wte``, ``word_embeddings``, ``get_input_embeddings()``).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from fsdp_lint.facts.fsdp_modules import FsdpWrap, fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, Context, ModuleFacts
 from fsdp_lint.facts.scopes import calls_by_callee_name, function_info, latest_binding
-from fsdp_lint.facts.values import first_positional
+from fsdp_lint.facts.values import first_positional, keyword_args, literal_bool
 
 
 @dataclass(eq=False)
@@ -81,6 +87,47 @@ def ties(facts: ModuleFacts) -> List[Tie]:
     return facts.cached("ties", _compute_ties)
 
 
+HF_LOADERS = frozenset({"from_pretrained", "from_config", "from_dict"})
+# transformers' names of the input and output embeddings of a model whose word embeddings are tied
+INPUT_EMBEDDINGS = ("embed_tokens", "wte", "word_embeddings", "embed_in", "get_input_embeddings()")
+OUTPUT_EMBEDDINGS = ("lm_head", "embed_out", "get_output_embeddings()")
+_ACCESSORS = frozenset({"get_input_embeddings", "get_output_embeddings"})
+
+
+def _module_name(facts: ModuleFacts, expr: cst.BaseExpression) -> Optional[str]:
+    """A dotted name, or ``m.get_input_embeddings()`` / ``m.get_output_embeddings()`` as text."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _ACCESSORS \
+            and not expr.args and facts.qualname(expr.func) is None:
+        receiver = dotted_name(expr.func.value)
+        return f"{receiver}.{expr.func.attr.value}()" if receiver is not None else None
+    return dotted_name(expr)
+
+
+def _says_tied(facts: ModuleFacts, call: cst.Call) -> bool:
+    arg = keyword_args(call).get("tie_word_embeddings")
+    return arg is not None and literal_bool(arg.value) is True
+
+
+def ties_word_embeddings(facts: ModuleFacts, head: cst.BaseExpression, ctx: Context, order: int) -> bool:
+    found = sources(facts, head, ctx, order)
+    if not found.complete or not found.found:
+        return False
+    for source in found.found:
+        call = source.expr
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value in HF_LOADERS):
+            return False
+        if _says_tied(facts, call):
+            continue
+        config = keyword_args(call).get("config") or (first_positional(call) if call.func.attr.value != "from_pretrained" else None)
+        configs = sources(facts, config.value, source.ctx, source.order) if config is not None else None
+        if configs is None or not configs.complete or not configs.found or not all(
+            isinstance(c.expr, cst.Call) and _says_tied(facts, c.expr) for c in configs.found
+        ):
+            return False
+    return True
+
+
 def _elements(facts: ModuleFacts, wrap: FsdpWrap) -> List[Tuple[str, ...]]:
     """The groups one ``fully_shard`` call makes, as dotted names (empty: unreadable)."""
     arg = first_positional(wrap.site.node)
@@ -88,15 +135,15 @@ def _elements(facts: ModuleFacts, wrap: FsdpWrap) -> List[Tuple[str, ...]]:
         return []
     value = arg.value
     if isinstance(value, (cst.List, cst.Tuple)):
-        names = tuple(dotted_name(e.value) for e in value.elements)
+        names = tuple(_module_name(facts, e.value) for e in value.elements)
         return [names] if names and None not in names else []
-    name = dotted_name(value)
+    name = _module_name(facts, value)
     if name is None:
         return []
     loop_var = latest_binding(facts, name, wrap.site.ctx, wrap.site.order, kinds=("assign", "for", "with"))
     if loop_var is not None and loop_var.kind == "for" and loop_var.ctx.function is wrap.site.ctx.function:
         if isinstance(loop_var.value, (cst.List, cst.Tuple)):  # one fully_shard per element
-            names = tuple(dotted_name(e.value) for e in loop_var.value.elements)
+            names = tuple(_module_name(facts, e.value) for e in loop_var.value.elements)
             return [(n,) for n in names] if names and None not in names else []
         return []  # ``for layer in model.layers``: modules it cannot name
     return [(name,)]

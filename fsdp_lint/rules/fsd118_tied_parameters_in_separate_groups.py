@@ -7,7 +7,15 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts.flow import exclusive
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.scopes import latest_binding
-from fsdp_lint.facts.ties import group_of, instance_class, shard_groups, ties
+from fsdp_lint.facts.ties import (
+    INPUT_EMBEDDINGS,
+    OUTPUT_EMBEDDINGS,
+    group_of,
+    instance_class,
+    shard_groups,
+    ties,
+    ties_word_embeddings,
+)
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 PARAMETER_NAMES = frozenset({"weight", "bias"})
@@ -28,7 +36,12 @@ built from; sharing a whole submodule counts too) where the function then puts t
 modules into different FSDP2 `fully_shard` groups: `fully_shard(model.embed)` and
 `fully_shard(model.lm_head)`, a loop over `(model.embed, model.lm_head)` that shards each,
 or one of them in its own group and the other left to the root's
-`fully_shard(model)`.
+`fully_shard(model)`. A transformers model loaded with `tie_word_embeddings=True` said in
+the file (`from_pretrained(..., tie_word_embeddings=True)`, or `from_config(config)` with such
+a config) ties its output embedding (`lm_head`, `get_output_embeddings()`) to its input
+embedding (`embed_tokens`, `wte`, `word_embeddings`, `get_input_embeddings()`): flagged when
+the two are each named in a different group. Where the model's config decides the tie and
+the file does not say it, nothing is flagged.
 
 ## Why is this bad?
 Each `fully_shard` group owns its parameters: it replaces them by its own sharded DTensors
@@ -78,8 +91,6 @@ memory and communication; the choice is the program's.
 
     def check(self, facts, report):
         found = ties(facts)
-        if not found:
-            return
         functions = []
         for wrap in fsdp_modules(facts).fsdp2_wraps:
             if wrap.through is None and not any(f is wrap.site.ctx.function for f in functions):
@@ -87,6 +98,7 @@ memory and communication; the choice is the program's.
         for function in functions:
             groups = shard_groups(facts, function)
             reported = set()
+            self._word_embeddings(facts, report, groups, reported)
             for tie in found:
                 for head in _heads(facts, tie, groups, function):
                     first, second = f"{head}.{tie.first}", f"{head}.{tie.second}"
@@ -113,6 +125,39 @@ memory and communication; the choice is the program's.
                         "(`fully_shard([module_a, module_b])`) or leave them to the root's",
                         statement=b.ctx.statement,
                     )
+
+    @staticmethod
+    def _word_embeddings(facts, report, groups, reported):
+        """A transformers model loaded with ``tie_word_embeddings=True`` whose input and output
+        embeddings are each named in a different group."""
+        def named(group, head, suffixes):
+            return next((n for n in group.names if n.startswith(head + ".") and n.rsplit(".", 1)[-1] in suffixes), None)
+
+        heads = {n.split(".", 1)[0] for g in groups for n in g.names}
+        for head in sorted(heads):
+            inputs = [(g, named(g, head, INPUT_EMBEDDINGS)) for g in groups]
+            outputs = [(g, named(g, head, OUTPUT_EMBEDDINGS)) for g in groups]
+            pairs = [(gi, ni, go, no) for gi, ni in inputs if ni for go, no in outputs if no and go is not gi]
+            if not pairs:
+                continue
+            site = groups[0].wrap.site
+            if not ties_word_embeddings(facts, cst.Name(head), site.ctx, site.order):
+                continue
+            gi, ni, go, no = pairs[0]
+            a, b = sorted((gi.wrap.site, go.wrap.site), key=lambda s: s.order)
+            if exclusive(a.ctx, b.ctx) or id(b.node) in reported:
+                continue
+            reported.add(id(b.node))
+            where = (f"lines {report.row(a.node)} and {report.row(b.node)}" if a is not b
+                     else f"line {report.row(a.node)}, one group per loop iteration")
+            report(
+                b.node,
+                f"`{head}` is loaded with `tie_word_embeddings=True`: `{no}` shares `{ni}`'s weight, and the two are "
+                f"sharded in separate `fully_shard` groups ({where}): ValueError 'shared with a parameter already "
+                "managed by another FSDP group' at the first forward (torch <= 2.11: the tie breaks silently); put "
+                "both modules in one group (`fully_shard([module_a, module_b])`) or leave them to the root's",
+                statement=b.ctx.statement,
+            )
 
 
 def _heads(facts, tie, groups, function):
