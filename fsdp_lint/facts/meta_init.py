@@ -12,8 +12,9 @@ that may give the materialised parameters values.
   ``restore``, ``materialize``, ``copy_``, ``fill_``, ``normal_``, ``uniform_``, ``zero_``,
   ``apply``: ``model.init_weights()``, ``m.reset_parameters()``, ``nn.init.trunc_normal_``,
   ``set_model_state_dict``, ``dcp.load``), a call that takes ``module`` (or a part of it)
-  as an argument, a method of ``module`` other than those that only read or move it, or a
-  call of a function of this file (its body is not followed: any of it may initialise).
+  as an argument, a method of ``module`` other than those that only read or move it, a
+  call of a function of this file or a method on ``self`` (their bodies are not followed:
+  any of them may initialise).
   Every doubt answers "may".
 """
 
@@ -121,6 +122,8 @@ def may_initialise(facts: ModuleFacts, site: CallSite, module: str) -> bool:
         return True
     if isinstance(func, cst.Name) and qualname == "" and (func.value in facts.functions or func.value in facts.classes):
         return True  # a function of this file: its body may initialise
+    if isinstance(func, cst.Attribute) and dotted_name(func.value) == "self":
+        return True  # a method of the object that holds the model (``self.setup_model()``)
     if isinstance(func, cst.Attribute) and _rooted(func.value, module) and name not in READ_OR_MOVE:
         return True
     return any(_rooted(arg.value, module) for arg in site.node.args)

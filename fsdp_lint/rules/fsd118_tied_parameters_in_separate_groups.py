@@ -41,7 +41,8 @@ the file (`from_pretrained(..., tie_word_embeddings=True)`, or `from_config(conf
 a config) ties its output embedding (`lm_head`, `get_output_embeddings()`) to its input
 embedding (`embed_tokens`, `wte`, `word_embeddings`, `get_input_embeddings()`): flagged when
 the two are each named in a different group. Where the model's config decides the tie and
-the file does not say it, nothing is flagged.
+the file does not say it, nothing is flagged; nor a tie made under an `if` when one of the
+two `fully_shard` calls is under an `if` too (both may follow one option).
 
 ## Why is this bad?
 Each `fully_shard` group owns its parameters: it replaces them by its own sharded DTensors
@@ -110,6 +111,8 @@ memory and communication; the choice is the program's.
                     a, b = sorted((one.wrap.site, other.wrap.site), key=lambda s: s.order)
                     if exclusive(a.ctx, b.ctx) or id(b.node) in reported:
                         continue
+                    if tie.binding.ctx.guards and (a.ctx.guards or b.ctx.guards):
+                        continue  # a tie under an ``if`` and a sharding under one: maybe the same option
                     reported.add(id(b.node))
                     where = (f"lines {report.row(a.node)} and {report.row(b.node)}" if a is not b
                              else f"line {report.row(a.node)}, one group per loop iteration")
