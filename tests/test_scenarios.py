@@ -62,7 +62,7 @@ def test_needs_decide_skipped_with_the_reason():
 def test_one_rank_leaves_the_rules_that_do_not_need_a_peer():
     runs = {r.code for r in ALL_RULES if scenario_for(r.code, "cuda").cannot_run("cuda", 1, "2.13.0") is None}
     assert runs == {"FSD004", "FSD008", "FSD009", "FSD010", "FSD101", "FSD103", "FSD109", "FSD111", "FSD113",
-                    "FSD114", "FSD115", "FSD116"}
+                    "FSD114", "FSD115", "FSD116", "FSD117", "FSD118", "FSD119"}
 
 
 def test_hazard_fixed_in_follows_the_version():

@@ -472,3 +472,36 @@ def method_calls_on_sharded(facts: ModuleFacts, method: str):
         origin = fully_sharded(facts, func.value, site.ctx, site.order)
         if origin is not None:
             yield site, origin, facts.module.code_for_node(func.value)
+
+
+def forward_calls_on_sharded(facts: ModuleFacts):
+    """``(site, origin, callee code)`` for each call ``m(...)`` of a module ``m`` (a name or
+    dotted name, not an imported function) that went through ``fully_shard`` when the call
+    runs (``fully_sharded``): the module's forward through ``__call__``, where FSDP2's hooks
+    run (``m.forward(...)`` skips them)."""
+    for site in facts.calls:
+        func = site.node.func
+        if not isinstance(func, (cst.Name, cst.Attribute)) or facts.qualname(func) is not None:
+            continue
+        if dotted_name(func) is None:
+            continue
+        origin = fully_sharded(facts, func, site.ctx, site.order)
+        if origin is not None:
+            yield site, origin, facts.module.code_for_node(func)
+
+
+def reshards_after_forward(facts: ModuleFacts, origin: Origin) -> object:
+    """The ``reshard_after_forward`` a ``fully_shard`` was given: None when left out (the
+    default: True for a non-root module, and torch >= 2.6 keeps the root unsharded after
+    forward, ``FSDPState._lazy_init``), True or False when every path gives that literal,
+    UNKNOWN otherwise (an int, a variable it cannot read, ``**cfg``)."""
+    found = argument(facts, origin, "reshard_after_forward")
+    if not found.known:
+        return UNKNOWN
+    if not found.sources.found:
+        return None if found.sources.complete else UNKNOWN
+    values = {literal_bool(s.expr) for s in found.sources.found}
+    if not found.sources.complete or len(values) != 1:
+        return UNKNOWN
+    value = values.pop()
+    return value if value in (True, False) else UNKNOWN

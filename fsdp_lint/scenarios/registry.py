@@ -480,6 +480,42 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         hazard="the local shards keep their old values after reshard() (the edit made to the unsharded parameters "
         "is discarded)",
     ),
+    "FSD117": Scenario(
+        program="fsd117_to_empty_without_init.py",
+        fixed_by=((
+            "    model.to_empty(device=device)\n",
+            "    model.to_empty(device=device)\n"
+            "    for layer in model.modules():\n"
+            "        if isinstance(layer, torch.nn.Linear):\n"
+            "            layer.reset_parameters()\n",
+        ),),
+        hazard="after to_empty the parameters are uninitialised memory (values outside nn.Linear's init range, "
+        "non-finite or all zero)",
+    ),
+    "FSD118": Scenario(
+        program="fsd118_tied_parameters_in_separate_groups.py",
+        fixed_by=((
+            "    fully_shard(model.embed, mesh=mesh)\n"
+            "    fully_shard(model.lm_head, mesh=mesh)\n",
+            "    fully_shard([model.embed, model.lm_head], mesh=mesh)\n",
+        ),),
+        hazard="ValueError at the first forward: the tied parameter is managed by two FSDP groups "
+        "(torch <= 2.11: no error, the tie is broken after training)",
+        errors=(r"ValueError: Parameter '[\w.]+' is shared with a parameter already managed by another FSDP group",),
+    ),
+    "FSD119": Scenario(
+        program="fsd119_root_forward_before_optimizer.py",
+        fixed_by=((
+            "    with torch.no_grad():\n"
+            "        model(batch)\n"
+            "    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)\n",
+            "    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)\n"
+            "    with torch.no_grad():\n"
+            "        model(batch)\n",
+        ),),
+        hazard="the optimizer holds the root's unsharded plain tensors: the root's sharded parameters are unchanged "
+        "by the training steps",
+    ),
 }
 
 def variants(code: str) -> Tuple[Scenario, ...]:

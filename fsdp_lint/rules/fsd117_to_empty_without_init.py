@@ -1,0 +1,111 @@
+"""FSD117 to-empty-without-init."""
+
+from __future__ import annotations
+
+from fsdp_lint.facts.flow import can_follow
+from fsdp_lint.facts.fsdp_modules import forward_calls_on_sharded, fully_sharded
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.meta_init import may_initialise, meta_built, to_empty_calls
+from fsdp_lint.rules.base import FIX_NEVER, Rule
+
+
+class ToEmptyWithoutInit(Rule):
+    code = "FSD117"
+    name = "to-empty-without-init"
+    summary = "a model built on the meta device, sharded with `fully_shard`, materialised with `to_empty()` and run with no re-initialisation or load: the weights are uninitialised memory"
+    fix_availability = FIX_NEVER
+    markers = (("to_empty",), ("fully_shard",), ("meta", "init_empty_weights"))
+    doc = """\
+## What it does
+Checks for `model.to_empty(device=...)` on a module built on the meta device (inside
+`with torch.device("meta"):` or accelerate's `with init_empty_weights():`, or a constructor
+given `device="meta"`) and sharded with FSDP2 `fully_shard`, followed in the same function
+by a forward of `model` with no call between that may give the parameters values: a
+re-initialisation (`model.init_weights()`, `m.reset_parameters()`, `model.apply(init_fn)`,
+`torch.nn.init.*`), a load (`set_model_state_dict`, `model.load_state_dict`, DCP `load`),
+any call that takes `model` or a part of it, or a function of this file (its body is not
+followed). Every doubt counts as an initialisation.
+
+## Why is this bad?
+A module on the meta device has no storage. `to_empty` allocates it with `torch.empty`:
+the parameters (FSDP2's sharded DTensors) hold whatever the memory held before. Training
+runs on garbage without an error: NaN or a loss far from a random init's (11.08 instead of
+3.63 reported, transformers#45902, torchtitan#4783, SkyRL#1709). Buffers computed in
+`__init__` (RoPE `inv_freq`) are lost the same way and need their own re-computation.
+Measured by the verifier on CPU/gloo, torch 2.13.0, one and two ranks (a 3-layer MLP):
+after `to_empty`, 5 or 6 of the 6 parameters (it varies with what the memory held) were
+outside `nn.Linear`'s init range, non-finite or zero, and the first loss was NaN; with
+`reset_parameters()` on each layer after `to_empty`, none.
+
+## Example
+```python
+import torch
+from torch.distributed.fsdp import fully_shard
+
+with torch.device("meta"):
+    model = Transformer(config)
+fully_shard(model)
+model.to_empty(device="cuda")
+loss = model(batch).sum()
+```
+
+## Use instead
+```python
+import torch
+from torch.distributed.fsdp import fully_shard
+
+with torch.device("meta"):
+    model = Transformer(config)
+fully_shard(model)
+model.to_empty(device="cuda")
+with torch.no_grad():
+    model.init_weights()
+loss = model(batch).sum()
+```
+Or load a checkpoint after `to_empty` (`set_model_state_dict`, DCP `load`).
+
+## Fix safety
+No automatic fix: how the model initialises its weights (or which checkpoint to load) is
+the model's own.
+
+## References
+- [FSDP2 meta-device initialisation](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
+- huggingface/transformers#45902, pytorch/torchtitan#4783
+"""
+
+    def check(self, facts, report):
+        calls = to_empty_calls(facts)
+        if not calls:
+            return
+        forwards = list(forward_calls_on_sharded(facts))
+        for site in calls:
+            receiver = site.node.func.value
+            module = dotted_name(receiver)
+            built = meta_built(facts, module, site.ctx, site.order)
+            if built is None or fully_sharded(facts, receiver, site.ctx, site.order) is None:
+                continue
+            use = next(
+                (f for f, _, callee in forwards
+                 if callee == module and f.ctx.function is site.ctx.function and f.order > site.done
+                 and can_follow(site.ctx, site.order, f.ctx, f.order)),
+                None,
+            )
+            if use is None or _initialised_between(facts, module, site, use):
+                continue
+            report(
+                site.node,
+                f"`{module}` was built on the meta device (line {report.row(built.value)}) and `to_empty` gives it "
+                f"uninitialised memory; its forward at line {report.row(use.node)} runs with no re-initialisation or "
+                f"load between: the weights are garbage; call `{module}.init_weights()` / `reset_parameters()` or load "
+                "a checkpoint after `to_empty`",
+                statement=site.ctx.statement,
+            )
+
+
+def _initialised_between(facts, module: str, to_empty, use) -> bool:
+    for site in facts.calls:
+        if site is to_empty or site.ctx.function is not to_empty.ctx.function:
+            continue
+        if to_empty.done < site.order < use.order and may_initialise(facts, site, module):
+            return True
+    return False
