@@ -189,3 +189,19 @@ def test_a_submodule_without_parameters_is_no_bypass():
     origin = Origin(_wraps(facts)["net"])
     assert in_file_method(facts, origin, "loss") is None
     assert in_file_method(facts, origin, "logits") == BYPASS
+
+
+def test_a_state_dict_call_ends_the_region_it_reshards():
+    facts = _facts(
+        """
+        def f(model, sd):
+            fully_shard(model)
+            model.unshard()
+            model.fc.weight.zero_()
+            model.load_state_dict(sd)
+            model.fc.bias.zero_()
+            model.reshard()
+        """
+    )
+    (region,) = unshard_regions(facts)
+    assert [_code(facts, e.node) for e in region.edits] == ["model.fc.weight.zero_()"]
