@@ -34,7 +34,9 @@ Which units are kept (a closure; when unsure, keep):
    functions of that name ("exactly one?"), and, for ``self.x`` in a method, the methods of
    the class that bind ``self.x`` and the method ``x``; for an attribute the kept code binds,
    enough of its uses elsewhere ("used in another method?").  "Enough" is ``min(n, 2)``,
-   and units kept only for such a count are not followed further.  Names used only in
+   and units kept only for such a count are not followed further.  A class kept brings its
+   methods of a name the kept code uses after a dot (``model.score(...)`` on an instance:
+   FSD114 reads what an in-file class's method does).  Names used only in
    decorators (``@pytest.mark.parametrize("case", CASES)``) do not count: nothing the rules
    read flows from a decorator's arguments into the function;
 5. a kept member brings its class header, and a header its class attributes.
@@ -998,6 +1000,10 @@ def _close(index: _Index, kept: Set[int], importing: List[int]) -> None:
     # answer (its code is not followed by anything kept, so its own names need nothing)
     passive: Set[int] = set()
     done: Set[int] = set()
+    # a method called on an instance (``model.score(...)``) may be one of a kept class's:
+    # the attributes the kept code names, and the class statements kept so far
+    called: Set[str] = set()
+    headers: List[int] = []
     while True:
         fresh = [i for i in kept if i not in done]
         if not fresh:
@@ -1015,8 +1021,18 @@ def _close(index: _Index, kept: Set[int], importing: List[int]) -> None:
                 for member in unit.members:
                     if not all(isinstance(n, _DEFINITIONS) for n in units[member].nodes):
                         kept.add(member)
+                # and its methods of a name the kept code calls on something
+                headers.append(i)
+                for attribute in called:
+                    kept.update(index.in_class(i, attribute))
             if unit.top_import or i in passive:
                 continue  # what an import binds matters where it is used
+            new = unit.attributes - called
+            if new:
+                called |= new
+                for header in headers:
+                    for attribute in new:
+                        kept.update(index.in_class(header, attribute))
             for name in unit.names:
                 kept.update(index.definers(name))
             for dotted, kind in list(unit.occurrences):

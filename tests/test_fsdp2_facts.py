@@ -163,3 +163,45 @@ def test_in_file_methods_run_the_hooks_or_bypass_them():
     assert in_file_method(facts, origin, "tokenize") is None  # not a module
     assert in_file_method(facts, origin, "encode_apart") is None  # sharded apart: its own hooks
     assert in_file_method(facts, origin, "missing") is None
+
+
+def test_a_submodule_without_parameters_is_no_bypass():
+    facts = _facts(
+        """
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.loss_fn = torch.nn.CrossEntropyLoss()
+                self.drop = torch.nn.Dropout(0.1)
+                self.head = torch.nn.Linear(4, 4)
+
+            def loss(self, logits, labels):
+                return self.loss_fn(self.drop(logits), labels)
+
+            def logits(self, h):
+                return self.head(h)
+
+        def f():
+            net = Net()
+            fully_shard(net)
+        """
+    )
+    origin = Origin(_wraps(facts)["net"])
+    assert in_file_method(facts, origin, "loss") is None
+    assert in_file_method(facts, origin, "logits") == BYPASS
+
+
+def test_a_state_dict_call_ends_the_region_it_reshards():
+    facts = _facts(
+        """
+        def f(model, sd):
+            fully_shard(model)
+            model.unshard()
+            model.fc.weight.zero_()
+            model.load_state_dict(sd)
+            model.fc.bias.zero_()
+            model.reshard()
+        """
+    )
+    (region,) = unshard_regions(facts)
+    assert [_code(facts, e.node) for e in region.edits] == ["model.fc.weight.zero_()"]

@@ -71,15 +71,27 @@ def _class_of(facts: ModuleFacts, origin: Origin) -> Optional[cst.ClassDef]:
     return facts.classes[classes.pop()]
 
 
+# ``torch.nn`` modules that hold parameters (a loss, an activation, dropout or pooling holds
+# none: calling one outside the hooks touches no sharded parameter)
+PARAMETER_MODULES = frozenset(
+    {
+        "Linear", "Bilinear", "LazyLinear", "Embedding", "EmbeddingBag", "LayerNorm", "RMSNorm", "GroupNorm",
+        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+        "ConvTranspose2d", "ConvTranspose3d", "MultiheadAttention", "RNN", "LSTM", "GRU", "Transformer",
+        "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer",
+        "Sequential", "PReLU",
+    }
+)
+
+
 def _is_module_constructor(facts: ModuleFacts, value: cst.BaseExpression) -> bool:
-    """``nn.Linear(...)``, ``nn.ModuleList([...])``, a class of this file, ``X.from_pretrained(...)``."""
+    """A module with parameters: ``nn.Linear(...)`` (``PARAMETER_MODULES``), a class of this
+    file, ``X.from_pretrained(...)``."""
     if not isinstance(value, cst.Call):
         return False
     qualname = facts.qualname(value.func) or ""
-    if qualname.startswith("torch.nn.") and not qualname.startswith(
-        ("torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.nn.Parameter", "torch.nn.parameter")
-    ):
-        return True
+    if qualname.startswith("torch.nn."):
+        return qualname.rsplit(".", 1)[-1] in PARAMETER_MODULES
     if isinstance(value.func, cst.Name) and not qualname and value.func.value in facts.classes:
         return True
     return isinstance(value.func, cst.Attribute) and value.func.attr.value in ("from_pretrained", "from_config")

@@ -31,9 +31,11 @@ Checks for `m.<method>(...)` where `m` was sharded with FSDP2 `fully_shard` befo
 (directly, in a helper of the file, or passed in by a caller that shards it) and the method
 computes with the model without going through `m(...)`:
 - a method of a class of this file that `m` is built from (`model = Transformer(cfg)`),
-  which calls a submodule the class builds (`self.embed(...)`) and the file does not shard
-  apart (no `fully_shard(model.embed)`), or `self.forward(...)`, and never `self(...)` (also
-  through the class's other methods);
+  which calls a submodule the class builds with parameters (`self.embed(...)` for a
+  `torch.nn` layer with weights, a module class of the file, a `from_pretrained` model; not
+  a loss, an activation or dropout) that the file does not shard apart (no
+  `fully_shard(model.embed)`), or `self.forward(...)`, and never `self(...)` (also through
+  the class's other methods);
 - for a model of another library, `encode_image`, `encode_text`, `get_image_features`,
   `get_text_features`, `encode`, `decode` and `sample` (not `generate`: transformers'
   `generate` calls `self(...)`, which runs FSDP's hooks).

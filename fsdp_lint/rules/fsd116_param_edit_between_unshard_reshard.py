@@ -19,9 +19,12 @@ Checks for writes to a module's parameters between `m.unshard()` (also
 same function, where `m` was sharded with FSDP2 `fully_shard` (directly, in a helper of the
 file, or passed in by a caller that shards it): in-place tensor methods (`p.mul_(...)`,
 `p.copy_(...)`, `p.data.zero_()`), `torch.nn.init.*_` calls, assignments to `.data` or
-`.weight`, `m.load_state_dict(...)`, on the module or on a name bound from it
-(`for p in m.parameters()`). Reads (an EMA copy, a checksum, `state_dict()` to save) are
-left alone, and so is an `unshard()` without a `reshard()` in its function.
+`.weight`, on the module or on a name bound from it (`for p in m.parameters()`). Reads (an
+EMA copy, a checksum) are left alone, and so is an `unshard()` without a `reshard()` in its
+function. The region ends early at `m.state_dict()`, `m.load_state_dict(...)` (FSDP2's
+state-dict pre-hooks put the sharded parameters back first: `to_sharded_hook` in
+`FSDPParamGroup._register_state_dict_hooks`; a full-tensor `load_state_dict` there raises
+`got mixed torch.Tensor and DTensor`, measured, FSD110's error) and at a forward `m(...)`.
 
 ## Why is this bad?
 `unshard()` all-gathers each sharded DTensor parameter into a new unsharded tensor and
