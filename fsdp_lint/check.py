@@ -13,18 +13,20 @@ import multiprocessing
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Type
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
 from fsdp_lint.diagnostics import Diagnostic
 from fsdp_lint.engine import (
-    INTERNAL_ERROR, IO_ERROR, cpython_syntax_error, error_diagnostic, gate_on, lint_text, names_a_topic, wanted_rules,
+    INTERNAL_ERROR, IO_ERROR, UNUSED_NOQA, cpython_syntax_error, error_diagnostic, gate_on, has_fsd_noqa, lint_text,
+    names_a_topic, wanted_rules,
 )
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
+from fsdp_lint.noqa import add_noqa
 from fsdp_lint.launch import Launch, LaunchFinder
-from fsdp_lint.rules import for_target, select_rules
+from fsdp_lint.rules import for_target, opt_in_selected, select_rules
 from fsdp_lint.rules.base import Rule
 from fsdp_lint.screen import confirmed_live_rules
 from fsdp_lint.source import (
@@ -53,21 +55,31 @@ class Settings:
     launches: LaunchFinder = field(default_factory=LaunchFinder)
     _rules: Dict[tuple, List[Type[Rule]]] = field(default_factory=dict, repr=False)
 
-    def rules_for(self, path: str) -> List[Type[Rule]]:
+    def _selection(self, path: str) -> tuple:
+        """(select, extend-select, ignore, target torch version) for ``path``: the file's
+        configuration under the command line's."""
         config = self.finder.for_file(path)
         o = self.overrides
         select = o.select if o.select is not None else (config.select or ["ALL"])
         # an explicit --select is a later layer than the file's select and ignore (ruff's order)
         file_ignores = [] if o.select is not None else config.ignore
-        key = (
+        return (
             tuple(select),
             tuple(config.extend_select + o.extend_select),
             tuple(file_ignores + o.ignore + config.ignores_for(path)),
             o.target_torch_version or config.target_torch_version,
         )
+
+    def rules_for(self, path: str) -> List[Type[Rule]]:
+        key = self._selection(path)
         if key not in self._rules:
             self._rules[key] = for_target(select_rules(list(key[0]) + list(key[1]), key[2]), key[3])
         return self._rules[key]
+
+    def unused_noqa_for(self, path: str) -> bool:
+        """Whether the opt-in FSD800 (unused noqa codes) runs on ``path``."""
+        select, extend, ignore, _ = self._selection(path)
+        return opt_in_selected(UNUSED_NOQA[0], list(select) + list(extend), ignore)
 
     def __getstate__(self):
         # the rules per configuration are a cache, and may hold classes made for a target
@@ -114,11 +126,12 @@ def process_source(source: SourceFile, settings: Settings, write: bool = True) -
     report = FileReport(path)
     rules = settings.rules_for(path)
     launch = settings.launch_for(path)
+    unused = settings.unused_noqa_for(path)
     try:
         if not (settings.fix or settings.diff):
-            report.diagnostics = _lint_cached(source, rules, settings.cache, launch)
+            report.diagnostics = _lint_cached(source, rules, settings.cache, launch, unused)
             return report
-        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path), launch)
+        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path), launch, unused)
         report.diagnostics = outcome.diagnostics
         if outcome.text == source.text:
             return report
@@ -164,14 +177,16 @@ def write_fixes(source: SourceFile, report: FileReport, settings: Settings) -> N
     report.new_text = None
 
 
-def _lint_cached(source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None) -> List[Diagnostic]:
+def _lint_cached(
+    source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None, unused: bool = False
+) -> List[Diagnostic]:
     if cache is None or not wanted_rules(source.text, rules, launch):
-        return lint_text(source.text, source.path, rules, launch=launch).diagnostics
-    key = cache.key(source.raw, _cache_tags(rules, launch))
+        return lint_text(source.text, source.path, rules, launch=launch, unused_noqa=unused).diagnostics
+    key = cache.key(source.raw, _cache_tags(rules, launch, unused))
     hit = cache.get(key, source.path)
     if hit is not None:
         return hit
-    diagnostics = lint_text(source.text, source.path, rules, launch=launch).diagnostics
+    diagnostics = lint_text(source.text, source.path, rules, launch=launch, unused_noqa=unused).diagnostics
     if not any(d.code == INTERNAL_ERROR[0] for d in diagnostics):
         cache.put(key, diagnostics)
     return diagnostics
@@ -180,14 +195,17 @@ def _lint_cached(source: SourceFile, rules, cache: Optional[Cache], launch: Opti
 def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
     if settings.cache is None or settings.fix or settings.diff:
         return None
-    return settings.cache.key(source.raw, _cache_tags(rules, settings.launch_for(source.path)))
+    return settings.cache.key(
+        source.raw, _cache_tags(rules, settings.launch_for(source.path), settings.unused_noqa_for(source.path))
+    )
 
 
-def _cache_tags(rules, launch: Optional[Launch] = None) -> List[str]:
+def _cache_tags(rules, launch: Optional[Launch] = None, unused: bool = False) -> List[str]:
     """What a cached answer depends on besides the bytes: the rules (with their target
-    torch version), the project's FSDP launch of the file, and whether the gate ran (an
-    answer with the gate off is kept apart)."""
+    torch version), the project's FSDP launch of the file, whether the gate ran (an
+    answer with the gate off is kept apart) and whether FSD800 runs."""
     tags = [rule.cache_tag() for rule in rules] + ([] if gate_on() else ["gate-off"])
+    tags += [UNUSED_NOQA[0]] if unused else []
     return tags + ([launch.tag()] if launch is not None else [])
 
 
@@ -197,6 +215,8 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
     without ``ast_stage``, the ``ast`` stage).  A file these stages clear is cached as
     clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
+    if settings.unused_noqa_for(source.path) and has_fsd_noqa(source.text):
+        return None  # FSD800 judges the file's noqa comments: the full path answers
     wanted = wanted_rules(source.text, rules, settings.launch_for(source.path))
     if not wanted and not names_a_topic(source.text, rules):
         return FileReport(source.path)  # names nothing a rule is about: never parsed
@@ -384,6 +404,39 @@ def process_stdin(data: bytes, filename: str, settings: Settings) -> FileReport:
     report = process_source(source, settings, write=False)
     report.text = source.text
     return report
+
+
+# findings a noqa comment is not added for: the file was not checked (FSD900-FSD902), or
+# the finding is about a noqa comment itself (FSD800)
+NO_NOQA = ("FSD800", "FSD900", "FSD901", "FSD902")
+
+
+def add_noqa_directives(reports: Sequence[FileReport], settings: Settings) -> Tuple[int, List[Diagnostic]]:
+    """``--add-noqa``: write a ``# noqa: CODE`` for each finding of ``reports`` into its
+    file (``noqa.add_noqa``; atomically, encoding and newlines kept).  Returns the number of
+    rows that got a directive or a code, and an FSD902 per file that could not be written."""
+    added = 0
+    failures: List[Diagnostic] = []
+    for report in reports:
+        findings = [d for d in report.diagnostics if d.code not in NO_NOQA]
+        if not findings:
+            continue
+        try:
+            source = read_source(report.path)
+        except SourceError as exc:
+            failures.append(error_diagnostic(IO_ERROR, report.path, str(exc)))
+            continue
+        text, count = add_noqa(source.text, [(d.code, d.location.row, *d.statement_rows) for d in findings])
+        if text == source.text:
+            continue
+        try:
+            with blocked():
+                write_atomic(source, text)
+        except (FileChangedError, WriteRefused, OSError) as exc:
+            failures.append(error_diagnostic(IO_ERROR, report.path, f"noqa directives not written: {exc}"))
+            continue
+        added += count
+    return added, failures
 
 
 def exit_code(diagnostics: Sequence[Diagnostic], fixed: int, diff: bool) -> int:

@@ -18,7 +18,7 @@ LAYERS = [
     ["fsdp_lint.rules", "fsdp_lint.config", "fsdp_lint.launch"],
     ["fsdp_lint.engine", "fsdp_lint.slicing", "fsdp_lint.screen"],
     ["fsdp_lint.fixer", "fsdp_lint.output"],
-    ["fsdp_lint.check", "fsdp_lint.cache", "fsdp_lint.files"],
+    ["fsdp_lint.check", "fsdp_lint.cache", "fsdp_lint.files", "fsdp_lint.baseline"],
     ["fsdp_lint.verify", "fsdp_lint.scenarios", "fsdp_lint.docs", "fsdp_lint.server", "fsdp_lint.flake8_plugin"],
     ["fsdp_lint.cli", "fsdp_lint.__main__"],
 ]
