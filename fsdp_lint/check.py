@@ -11,13 +11,14 @@ import concurrent.futures  # its ProcessPoolExecutor loads on first use: only ru
 import difflib
 import multiprocessing
 import os
+import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
-from fsdp_lint.diagnostics import Diagnostic
+from fsdp_lint.diagnostics import Diagnostic, Location
 from fsdp_lint.engine import (
     INTERNAL_ERROR, IO_ERROR, UNUSED_NOQA, cpython_syntax_error, error_diagnostic, gate_on, has_fsd_noqa, lint_text,
     names_a_topic, wanted_rules,
@@ -25,6 +26,7 @@ from fsdp_lint.engine import (
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.noqa import add_noqa
+from fsdp_lint.notebook import NotebookError, cell_of, cell_rows, is_notebook
 from fsdp_lint.launch import Launch, LaunchFinder
 from fsdp_lint.rules import for_target, opt_in_selected, select_rules
 from fsdp_lint.rules.base import Rule
@@ -108,6 +110,7 @@ class FileReport:
     text: str = ""  # the text as read (stdin mode prints it back when nothing changed)
     fixes: int = 0  # fixes applied: fewer than ``fixed`` when one fix settles several findings
     unfixed: List[Diagnostic] = field(default_factory=list)  # the findings before fixing
+    output: Optional[str] = None  # standard input with --fix: what to print when not the text (a notebook's JSON)
 
 
 def _diff(path: str, old: str, new: str) -> str:
@@ -403,6 +406,12 @@ def process_stdin(data: bytes, filename: str, settings: Settings) -> FileReport:
         return FileReport(filename, [error_diagnostic(IO_ERROR, filename, str(exc), exc.row, exc.column)])
     report = process_source(source, settings, write=False)
     report.text = source.text
+    if source.notebook is not None:
+        try:
+            report.output = source.notebook.encode(report.new_text) if report.new_text is not None else source.notebook.text
+        except NotebookError as exc:
+            report.output = source.notebook.text
+            report.diagnostics.append(error_diagnostic(IO_ERROR, filename, f"fixes not written: {exc}"))
     return report
 
 
@@ -437,6 +446,50 @@ def add_noqa_directives(reports: Sequence[FileReport], settings: Settings) -> Tu
             continue
         added += count
     return added, failures
+
+
+_LINE_IN_MESSAGE = re.compile(r"\bline (\d+)\b")
+
+
+def notebook_cells(report: FileReport) -> None:
+    """A notebook's findings with their cell and rows in it (``Diagnostic.cell``), for
+    output: the rows the engine gives are rows of the joined code cells.  The text they
+    belong to is the fixed text when fixes were made (written or shown as a diff), else the
+    file as it is."""
+    if not is_notebook(report.path) or not report.diagnostics:
+        return
+    text = report.new_text if report.new_text is not None else report.text
+    if not text:
+        try:
+            text = read_source(report.path).text
+        except SourceError:
+            return
+    markers = cell_rows(text)
+
+    def in_cell(match) -> str:  # "line 6" of the joined text in a message: "cell 2, line 1"
+        cell, row = cell_of(int(match.group(1)), markers)
+        return match.group() if cell is None else f"cell {cell}, line {row}"
+
+    for d in report.diagnostics:
+        if d.cell is not None:
+            continue
+        d.message = _LINE_IN_MESSAGE.sub(in_cell, d.message)
+        cell, row = cell_of(d.location.row, markers)
+        if cell is None:
+            continue
+        shift = d.location.row - row
+        d.cell = cell
+        d.location = Location(row, d.location.column)
+        d.end_location = Location(max(1, d.end_location.row - shift), d.end_location.column)
+        first, last = d.statement_rows
+        d.statement_rows = (max(1, first - shift), max(1, last - shift)) if first else (0, 0)
+        if d.fix is not None:
+            edits = tuple(
+                replace(e, location=Location(e.location.row - shift, e.location.column),
+                        end_location=Location(e.end_location.row - shift, e.end_location.column))
+                for e in d.fix.edits
+            )
+            d.fix = replace(d.fix, edits=edits)
 
 
 def exit_code(diagnostics: Sequence[Diagnostic], fixed: int, diff: bool) -> int:

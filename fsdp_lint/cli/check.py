@@ -11,7 +11,8 @@ from typing import List, Optional, Sequence
 from fsdp_lint import baseline
 from fsdp_lint.cache import Cache, cache_dir, clean
 from fsdp_lint.check import (
-    FileReport, Overrides, Settings, add_noqa_directives, display_path, exit_code, process_stdin, run_files,
+    FileReport, Overrides, Settings, add_noqa_directives, display_path, exit_code, notebook_cells, process_stdin,
+    run_files,
 )
 from fsdp_lint.config import ConfigError, ConfigFinder, check_version
 from fsdp_lint.diagnostics import SAFE
@@ -172,7 +173,10 @@ def _run_check(argv: Sequence[str]) -> int:
         except ConfigError as exc:
             return _error(str(exc))
         if args.fix:
-            sys.stdout.write(report.new_text if report.new_text is not None else report.text)
+            if report.output is not None:  # a notebook: its JSON, fixed cells written back
+                sys.stdout.write(report.output)
+            else:
+                sys.stdout.write(report.new_text if report.new_text is not None else report.text)
         reports = [report]
         problems = []
     else:
@@ -209,6 +213,8 @@ def _run_check(argv: Sequence[str]) -> int:
             print(f"fsdp-lint: {d.filename}: {d.message}", file=sys.stderr)
         print(f"Added {added} noqa directive(s).", file=sys.stderr)
         return 2 if failures else 0
+    for report in reports:
+        notebook_cells(report)
     if args.write_baseline:
         try:
             count = baseline.write(args.write_baseline, diagnostics, texts)

@@ -9,6 +9,7 @@ import hashlib
 from typing import Dict, Optional
 
 from fsdp_lint.diagnostics import Diagnostic
+from fsdp_lint.notebook import cell_texts
 from fsdp_lint.source import SourceError, line_starts, read_source
 
 
@@ -46,4 +47,7 @@ class Texts:
         return self._texts[path]
 
     def fingerprint(self, d: Diagnostic, path: Optional[str] = None) -> str:
-        return fingerprint(self(path or d.filename), d)
+        text = self(path or d.filename)
+        if d.cell is not None:  # a notebook's finding: rows are its cell's
+            text = dict(cell_texts(text)).get(d.cell, "")
+        return fingerprint(text, d)
