@@ -11,7 +11,6 @@ import concurrent.futures  # its ProcessPoolExecutor loads on first use: only ru
 import difflib
 import multiprocessing
 import os
-import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type
@@ -26,7 +25,7 @@ from fsdp_lint.engine import (
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.noqa import add_noqa
-from fsdp_lint.notebook import NotebookError, cell_of, cell_rows, is_notebook
+from fsdp_lint.notebook import NotebookError, cell_of, cell_rows, is_notebook, message_in_cells
 from fsdp_lint.launch import Launch, LaunchFinder
 from fsdp_lint.rules import for_target, opt_in_selected, select_rules
 from fsdp_lint.rules.base import Rule
@@ -448,9 +447,6 @@ def add_noqa_directives(reports: Sequence[FileReport], settings: Settings) -> Tu
     return added, failures
 
 
-_LINE_IN_MESSAGE = re.compile(r"\bline (\d+)\b")
-
-
 def notebook_cells(report: FileReport) -> None:
     """A notebook's findings with their cell and rows in it (``Diagnostic.cell``), for
     output: the rows the engine gives are rows of the joined code cells.  The text they
@@ -465,15 +461,10 @@ def notebook_cells(report: FileReport) -> None:
         except SourceError:
             return
     markers = cell_rows(text)
-
-    def in_cell(match) -> str:  # "line 6" of the joined text in a message: "cell 2, line 1"
-        cell, row = cell_of(int(match.group(1)), markers)
-        return match.group() if cell is None else f"cell {cell}, line {row}"
-
     for d in report.diagnostics:
         if d.cell is not None:
             continue
-        d.message = _LINE_IN_MESSAGE.sub(in_cell, d.message)
+        d.message = message_in_cells(d.message, markers)
         cell, row = cell_of(d.location.row, markers)
         if cell is None:
             continue

@@ -272,11 +272,20 @@ def parse(text: str) -> Notebook:
             raise NotebookError(f"cell {position + 1}: source is neither a string nor a list of strings")
         if position not in spans.sources:
             raise NotebookError(f"cell {position + 1}: no source")
-        added = bool(source) and not source.endswith("\n")
-        masked, rows = _mask(source + ("\n" if added else ""))
-        cells.append(Cell(position + 1, source, masked, rows, added))
-    joined = "".join(_marker(cell.index) + cell.python for cell in cells)
-    return Notebook(text, cells, spans.sources, joined)
+        cells.append(code_cell(position + 1, source))
+    return Notebook(text, cells, spans.sources, join(cells))
+
+
+def code_cell(index: int, source: str) -> Cell:
+    """A code cell (``index``: 1-based, as the notebook lists its cells) ready to join."""
+    added = bool(source) and not source.endswith("\n")
+    masked, rows = _mask(source + ("\n" if added else ""))
+    return Cell(index, source, masked, rows, added)
+
+
+def join(cells: List[Cell]) -> str:
+    """The cells' Python text, each under its marker line."""
+    return "".join(_marker(cell.index) + cell.python for cell in cells)
 
 
 def cell_texts(python_text: str) -> List[Tuple[int, str]]:
@@ -295,6 +304,19 @@ def cell_rows(python_text: str) -> List[Tuple[int, int]]:
     for match in MARKER.finditer(python_text):
         rows.append((python_text.count("\n", 0, match.start()) + 1, int(match.group(1))))
     return rows
+
+
+_LINE_IN_MESSAGE = re.compile(r"\bline (\d+)\b")
+
+
+def message_in_cells(message: str, markers: List[Tuple[int, int]]) -> str:
+    """A message's "line 6" (a row of the joined text) as "cell 2, line 1"."""
+
+    def in_cell(match) -> str:
+        cell, row = cell_of(int(match.group(1)), markers)
+        return match.group() if cell is None else f"cell {cell}, line {row}"
+
+    return _LINE_IN_MESSAGE.sub(in_cell, message)
 
 
 def cell_of(row: int, markers: List[Tuple[int, int]]) -> Tuple[Optional[int], int]:

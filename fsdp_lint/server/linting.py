@@ -1,8 +1,9 @@
 """Linting one open document: which documents count, the file's settings, the engine.
 
 A document is linted when it is Python source: language id ``python`` (or, without one,
-a ``.py``/``.pyi``/``.pyw`` path).  Notebooks (``.ipynb``, notebook cell URIs) and every
-other language are left alone.  The file's ``[tool.fsdp-lint]`` applies (select, ignore,
+a ``.py``/``.pyi``/``.pyw`` path).  Notebooks come as notebook documents (``notebooks``); a
+``.ipynb`` or a notebook cell URI sent as a plain text document, and every other language,
+are left alone.  The file's ``[tool.fsdp-lint]`` applies (select, ignore,
 per-file-ignores, target-torch-version, exclude), found from the document's path; an
 untitled document is linted with the configuration of the workspace folder.
 """
