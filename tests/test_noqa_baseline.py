@@ -3,7 +3,10 @@
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -210,3 +213,38 @@ def test_baseline_on_the_ml_corpus_reports_only_a_file_added_after_it(cli, tmp_p
     assert findings(cli, tmp_path, "--baseline", "b.json", "ml") == []
     (corpus / "new_bad.py").write_text(FSD001_EXAMPLE)
     assert findings(cli, tmp_path, "--baseline", "b.json", "ml") == [(os.path.join("ml", "new_bad.py"), "FSD001", 4)]
+
+
+def test_unused_noqa_is_the_same_with_the_gate_off(cli, tmp_path):
+    """FSD800 judges the findings the rules make, which the gate may never change: every
+    FSD001-FSD009 fixture with noqa codes added (used, unused, on rows no rule can reach)
+    gives the same FSD800 findings and fixes with ``FSDP_LINT_GATE=0``."""
+    count = 0
+    for source in sorted(FIXTURES.glob("FSD00[1-9]/*/*.py")):
+        text = source.read_text()
+        text = re.sub(r"^(with [^\n#]*:)$", r"\1  # noqa: FSD001, FSD002, FSD104", text, count=1, flags=re.M)
+        lines = text.split("\n")
+        lines[0] += "  # noqa: FSD101"
+        (tmp_path / f"{source.parent.parent.name}_{source.parent.name}_{source.name}").write_text("\n".join(lines))
+        count += 1
+    assert count > 20
+
+    def run(gate):
+        env = {**os.environ, "FSDP_LINT_GATE": gate}
+        done = subprocess.run(
+            [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
+             "--extend-select", "FSD800", "."], cwd=tmp_path, env=env, capture_output=True, text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    gated, whole = run("1"), run("0")
+    assert gated == whole
+    assert sum(1 for d in gated if d["code"] == "FSD800") > 20
+
+
+def test_rule_command_prints_the_unused_noqa_page(cli):
+    for key in ("FSD800", "unused-noqa"):
+        result = cli("rule", key)
+        assert result.returncode == 0 and result.stdout.startswith("# FSD800 unused-noqa\n")
+        assert "## What it does" in result.stdout and "## Fix safety" in result.stdout

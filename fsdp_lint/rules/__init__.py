@@ -34,6 +34,39 @@ BY_NAME: Dict[str, Type[Rule]] = {rule.name: rule for rule in ALL_RULES}
 # ruff's RUF100): code -> name.  ``ALL`` and ``FSD`` never select them; their code, their
 # name or a longer prefix (``FSD8``) does.
 OPT_IN: Dict[str, str] = {"FSD800": "unused-noqa"}
+OPT_IN_DOCS: Dict[str, str] = {
+    "FSD800": """# FSD800 unused-noqa
+
+Opt-in: select it by code or name (`--extend-select FSD800`, `extend-select = ["unused-noqa"]`);
+`ALL` and `FSD` leave it off. Fix: safe.
+
+## What it does
+Reports the codes and rule names in a `# noqa: ...` list that suppressed no finding of this run
+(ruff's RUF100), and `FSDnnn` codes no rule has.
+
+## Why is this bad?
+A stale `# noqa: FSD001` hides the next real finding on that statement.
+
+## Example
+```python
+with FSDP.summon_full_params(model, writeback=False):  # noqa: FSD001
+    ...
+```
+
+## Use instead
+```python
+with FSDP.summon_full_params(model, writeback=False):
+    ...
+```
+
+## Fix safety
+Safe: it removes only codes that suppressed nothing (the whole directive when none is left and no
+text follows the list).
+
+Other tools' codes (`F401`), a bare `# noqa` and codes of rules not selected in the run are left
+alone; a file that did not parse is not judged.
+""",
+}
 
 
 class UnknownRuleError(ValueError):
