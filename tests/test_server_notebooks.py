@@ -10,7 +10,7 @@ pytest.importorskip("pygls")
 
 from lsprotocol import types  # noqa: E402
 
-from tests.lsp_session import apply_edits  # noqa: E402
+from tests.lsp_session import apply_edits, workspace_edits  # noqa: E402
 from tests.test_server import session  # noqa: E402,F401 - the fixture
 
 IMPORTS = "%matplotlib inline\nfrom torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel as FSDP\n"
@@ -79,6 +79,23 @@ def test_cells_of_other_languages_are_not_linted(session):
         # nothing is ever published for the R cell
         await asyncio.sleep(0)
         assert server.published[uris[1]].empty()
+        return True
+
+    assert session(scenario)
+
+
+def test_unused_noqa_in_the_server_when_the_project_selects_it(session):
+    """FSD800 is opt-in in the editor as on the command line: the project's extend-select."""
+    (session.root / "pyproject.toml").write_text('[tool.fsdp-lint]\nextend-select = ["unused-noqa"]\n')
+    text = "import os  # noqa: F401, FSD104\n"
+
+    async def scenario(server):
+        uri = server.open(session.root / "plain.py", text)
+        [finding] = (await server.next_publish(uri, 1)).diagnostics
+        assert finding.code == "FSD800" and "`FSD104`" in finding.message
+        actions = await server.code_actions(uri, finding.range, diagnostics=[finding])
+        [fix] = [a for a in actions if a.kind == types.CodeActionKind.QuickFix and a.is_preferred]
+        assert apply_edits(text, workspace_edits(fix.edit, uri)) == "import os  # noqa: F401\n"
         return True
 
     assert session(scenario)
