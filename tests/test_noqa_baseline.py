@@ -248,3 +248,4 @@ def test_rule_command_prints_the_unused_noqa_page(cli):
         result = cli("rule", key)
         assert result.returncode == 0 and result.stdout.startswith("# FSD800 unused-noqa\n")
         assert "## What it does" in result.stdout and "## Fix safety" in result.stdout
+

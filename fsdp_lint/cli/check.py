@@ -87,12 +87,12 @@ def _check_parser() -> argparse.ArgumentParser:
     output.add_argument("-o", "--output-file", default=None, help="write the report to this file")
     output.add_argument("--statistics", action="store_true", help="print a count per rule instead of each finding")
     output.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
-    baseline = parser.add_argument_group("baseline")
-    baseline.add_argument(
+    baselines = parser.add_argument_group("baseline")
+    baselines.add_argument(
         "--baseline", metavar="FILE", default=None,
         help="report only findings FILE does not record (matched by rule, file and the flagged statement's text)",
     )
-    baseline.add_argument("--write-baseline", metavar="FILE", default=None, help="record every finding in FILE; exit 0")
+    baselines.add_argument("--write-baseline", metavar="FILE", default=None, help="record every finding in FILE; exit 0")
     speed = parser.add_argument_group("speed")
     speed.add_argument("-j", "--jobs", type=_jobs, default=None, help="processes (default: all cores)")
     speed.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
@@ -205,7 +205,12 @@ def _run_check(argv: Sequence[str]) -> int:
         problems = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
     _show_notes(finder)
     diagnostics = problems + [d for report in reports for d in report.diagnostics]
-    texts = Texts({report.path: report.text for report in reports if reads_stdin})
+    # the text each report's findings refer to: the fixed text where fixes were made (written
+    # or shown as a diff), the text read from standard input, else the file as it is now
+    texts = Texts({
+        report.path: report.new_text if report.new_text is not None else report.text
+        for report in reports if report.new_text is not None or reads_stdin
+    })
     if args.add_noqa:
         added, failures = add_noqa_directives(reports, settings)
         for d in failures:
