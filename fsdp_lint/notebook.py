@@ -9,8 +9,9 @@ like any file: one parse, facts across cells (a model wrapped in cell 2 and summ
 cell 5).
 
 IPython syntax, as ruff treats it: a line magic or shell escape (``%matplotlib inline``,
-``!pip install x``, ``x = !ls``, ``%time f()``, ``obj?``) is blanked to ``pass`` at its
-indentation (``x = None`` for an assignment), so it neither breaks the parse nor counts as
+``!pip install x``, ``x = !ls``, ``%time f()``, ``obj?``) at the start of a statement (not
+inside brackets, a string or a backslash continuation, where ``!=`` and ``%`` are Python) is
+blanked to ``pass`` at its indentation (``x = None`` for an assignment), so it neither breaks the parse nor counts as
 code; a cell under a cell magic (``%%bash``) is not Python and is blanked whole, except
 ``%%time``, ``%%timeit`` and ``%%capture``, whose body is Python.  Blanked lines are
 restored when a fixed cell is written back; a fix that would change one is refused.
@@ -138,6 +139,7 @@ def _mask(source: str) -> Tuple[str, List[int]]:
                 masked.append(row)
             return "".join(lines), masked
     row = 0
+    scan = _Scan()
     while row < len(lines):
         line = lines[row]
         body = line.rstrip("\r\n")
@@ -145,9 +147,12 @@ def _mask(source: str) -> Tuple[str, List[int]]:
         if row in masked:
             row += 1
             continue
-        assign = _ASSIGN_MAGIC.match(body)
-        magic = _MAGIC_START.match(body)
-        help_end = _HELP_END.match(body)
+        # only a line that starts a statement can be IPython syntax: not a line inside
+        # brackets, a string or after a backslash (`x = (a` / `!= b)` is Python)
+        logical_start = scan.at_statement_start()
+        assign = _ASSIGN_MAGIC.match(body) if logical_start else None
+        magic = _MAGIC_START.match(body) if logical_start else None
+        help_end = _HELP_END.match(body) if logical_start else None
         if assign or magic or help_end:
             if assign:
                 lines[row] = assign.group(1) + "None" + end
@@ -160,8 +165,58 @@ def _mask(source: str) -> Tuple[str, List[int]]:
                 body = lines[row].rstrip("\r\n")
                 lines[row] = lines[row][len(body):]
                 masked.append(row)
+        else:
+            scan.feed(body)
         row += 1
     return "".join(lines), masked
+
+
+class _Scan:
+    """Where a line of Python leaves the reader: inside brackets, inside a triple-quoted
+    string, or continued by a backslash (strings and comments skipped)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote: Optional[str] = None  # the open triple quote
+        self.continued = False
+
+    def at_statement_start(self) -> bool:
+        return self.depth == 0 and self.quote is None and not self.continued
+
+    def feed(self, line: str) -> None:
+        i, n = 0, len(line)
+        comment = False
+        while i < n:
+            if self.quote is not None:
+                if line[i] == "\\":
+                    i += 2
+                    continue
+                if line.startswith(self.quote, i):
+                    i += 3
+                    self.quote = None
+                    continue
+                i += 1
+                continue
+            char = line[i]
+            if char == "#":
+                comment = True
+                break
+            if char in "\"'":
+                if line.startswith(char * 3, i):
+                    self.quote = char * 3
+                    i += 3
+                    continue
+                i += 1
+                while i < n and line[i] != char:  # a one-line string
+                    i += 2 if line[i] == "\\" else 1
+                i += 1
+                continue
+            if char in "([{":
+                self.depth += 1
+            elif char in ")]}":
+                self.depth = max(0, self.depth - 1)
+            i += 1
+        self.continued = self.quote is None and not comment and line.rstrip().endswith("\\")
 
 
 # the notebook -----------------------------------------------------------------------------------------

@@ -205,3 +205,17 @@ def test_pre_commit_runs_the_hook_on_notebooks(tmp_path, tmp_path_factory):
     assert valid(repo / "demo.ipynb")
     git("add", "demo.ipynb", cwd=repo)
     assert pre_commit("run", "--files", "demo.ipynb", cwd=repo, home=home).returncode == 0
+
+
+@pytest.mark.parametrize("source,python", [
+    ("x = (a\n!= b)", "x = (a\n!= b)\n"),  # a continuation line starting with != or % is Python
+    ("x = (a\n% b)", "x = (a\n% b)\n"),
+    ("s = '''\n%not a magic\n'''\n%ls", "s = '''\n%not a magic\n'''\npass\n"),
+    ("y = 1 + \\\n  2\n!ls", "y = 1 + \\\n  2\npass\n"),
+    ("for i in x:\n    !echo\n    %time f(i)\n    files = !ls", "for i in x:\n    pass\n    pass\n    files = None\n"),
+    ("x = 1  # (\nobj?", "x = 1  # (\npass\n"),
+])
+def test_ipython_lines_are_told_from_python_lines(source, python):
+    nb = parse(json.dumps({"cells": [{"cell_type": "code", "source": source}], "metadata": {}}))
+    assert nb.python_text == "# <fsdp-lint cell 1>\n" + python
+    assert json.loads(nb.encode(nb.python_text))["cells"][0]["source"] == source
