@@ -12,19 +12,22 @@ import difflib
 import multiprocessing
 import os
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Type
+from dataclasses import dataclass, field, replace
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
-from fsdp_lint.diagnostics import Diagnostic
+from fsdp_lint.diagnostics import Diagnostic, Location
 from fsdp_lint.engine import (
-    INTERNAL_ERROR, IO_ERROR, FileGate, cpython_syntax_error, error_diagnostic, gate_on, lint_text,
+    INTERNAL_ERROR, IO_ERROR, UNUSED_NOQA, FileGate, cpython_syntax_error, error_diagnostic, gate_on, has_fsd_noqa,
+    lint_text,
 )
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
+from fsdp_lint.noqa import add_noqa
+from fsdp_lint.notebook import NotebookError, cell_of, cell_rows, is_notebook, message_in_cells
 from fsdp_lint.launch import Launch, LaunchFinder
-from fsdp_lint.rules import for_target, select_rules
+from fsdp_lint.rules import for_target, opt_in_selected, select_rules
 from fsdp_lint.rules.base import Rule
 from fsdp_lint.source import (
     FileChangedError, SourceError, SourceFile, WriteRefused, decode_source, read_source, write_atomic,
@@ -52,21 +55,31 @@ class Settings:
     launches: LaunchFinder = field(default_factory=LaunchFinder)
     _rules: Dict[tuple, List[Type[Rule]]] = field(default_factory=dict, repr=False)
 
-    def rules_for(self, path: str) -> List[Type[Rule]]:
+    def _selection(self, path: str) -> tuple:
+        """(select, extend-select, ignore, target torch version) for ``path``: the file's
+        configuration under the command line's."""
         config = self.finder.for_file(path)
         o = self.overrides
         select = o.select if o.select is not None else (config.select or ["ALL"])
         # an explicit --select is a later layer than the file's select and ignore (ruff's order)
         file_ignores = [] if o.select is not None else config.ignore
-        key = (
+        return (
             tuple(select),
             tuple(config.extend_select + o.extend_select),
             tuple(file_ignores + o.ignore + config.ignores_for(path)),
             o.target_torch_version or config.target_torch_version,
         )
+
+    def rules_for(self, path: str) -> List[Type[Rule]]:
+        key = self._selection(path)
         if key not in self._rules:
             self._rules[key] = for_target(select_rules(list(key[0]) + list(key[1]), key[2]), key[3])
         return self._rules[key]
+
+    def unused_noqa_for(self, path: str) -> bool:
+        """Whether the opt-in FSD800 (unused noqa codes) runs on ``path``."""
+        select, extend, ignore, _ = self._selection(path)
+        return opt_in_selected(UNUSED_NOQA[0], list(select) + list(extend), ignore)
 
     def __getstate__(self):
         # the rules per configuration are a cache, and may hold classes made for a target
@@ -95,6 +108,7 @@ class FileReport:
     text: str = ""  # the text as read (stdin mode prints it back when nothing changed)
     fixes: int = 0  # fixes applied: fewer than ``fixed`` when one fix settles several findings
     unfixed: List[Diagnostic] = field(default_factory=list)  # the findings before fixing
+    output: Optional[str] = None  # standard input with --fix: what to print when not the text (a notebook's JSON)
 
 
 def _diff(path: str, old: str, new: str) -> str:
@@ -113,11 +127,14 @@ def process_source(source: SourceFile, settings: Settings, write: bool = True) -
     report = FileReport(path)
     rules = settings.rules_for(path)
     launch = settings.launch_for(path)
+    unused = settings.unused_noqa_for(path)
     try:
         if not (settings.fix or settings.diff):
-            report.diagnostics = _lint_cached(source, rules, settings.cache, launch)
+            report.diagnostics = _lint_cached(source, rules, settings.cache, launch, unused)
             return report
-        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path), launch, _file_gate(source, rules, launch))
+        outcome = fix_text(
+            source.text, path, rules, settings.unsafe_for(path), launch, _file_gate(source, rules, launch), unused
+        )
         report.diagnostics = outcome.diagnostics
         if outcome.text == source.text:
             return report
@@ -170,16 +187,18 @@ def _file_gate(source: SourceFile, rules, launch: Optional[Launch]) -> FileGate:
     return gate
 
 
-def _lint_cached(source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None) -> List[Diagnostic]:
+def _lint_cached(
+    source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None, unused: bool = False
+) -> List[Diagnostic]:
     gate = _file_gate(source, rules, launch)
     if cache is None or not gate.wanted:
-        return lint_text(source.text, source.path, rules, launch=launch, gate=gate).diagnostics
-    key = gate.cache_key or cache.key(source.raw, _cache_tags(rules, launch))
+        return lint_text(source.text, source.path, rules, launch=launch, gate=gate, unused_noqa=unused).diagnostics
+    key = gate.cache_key or cache.key(source.raw, _cache_tags(rules, launch, unused))
     if not (gate.cache_missed and key == gate.cache_key):
         hit = cache.get(key, source.path)
         if hit is not None:
             return hit
-    diagnostics = lint_text(source.text, source.path, rules, launch=launch, gate=gate).diagnostics
+    diagnostics = lint_text(source.text, source.path, rules, launch=launch, gate=gate, unused_noqa=unused).diagnostics
     if not any(d.code == INTERNAL_ERROR[0] for d in diagnostics):
         cache.put(key, diagnostics)
     return diagnostics
@@ -190,15 +209,18 @@ def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
         return None
     gate = _file_gate(source, rules, settings.launch_for(source.path))
     if gate.cache_key is None:
-        gate.cache_key = settings.cache.key(source.raw, _cache_tags(rules, gate.launch))
+        gate.cache_key = settings.cache.key(
+            source.raw, _cache_tags(rules, gate.launch, settings.unused_noqa_for(source.path))
+        )
     return gate.cache_key
 
 
-def _cache_tags(rules, launch: Optional[Launch] = None) -> List[str]:
+def _cache_tags(rules, launch: Optional[Launch] = None, unused: bool = False) -> List[str]:
     """What a cached answer depends on besides the bytes: the rules (with their target
-    torch version), the project's FSDP launch of the file, and whether the gate ran (an
-    answer with the gate off is kept apart)."""
+    torch version), the project's FSDP launch of the file, whether the gate ran (an
+    answer with the gate off is kept apart) and whether FSD800 runs."""
     tags = [rule.cache_tag() for rule in rules] + ([] if gate_on() else ["gate-off"])
+    tags += [UNUSED_NOQA[0]] if unused else []
     return tags + ([launch.tag()] if launch is not None else [])
 
 
@@ -208,6 +230,8 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
     without ``ast_stage``, the ``ast`` stage).  A file these stages clear is cached as
     clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
+    if settings.unused_noqa_for(source.path) and has_fsd_noqa(source.text):
+        return None  # FSD800 judges the file's noqa comments: the full path answers
     gate = _file_gate(source, rules, settings.launch_for(source.path))
     if not gate.topic:
         return FileReport(source.path)  # names nothing a rule is about: never parsed
@@ -395,7 +419,82 @@ def process_stdin(data: bytes, filename: str, settings: Settings) -> FileReport:
         return FileReport(filename, [error_diagnostic(IO_ERROR, filename, str(exc), exc.row, exc.column)])
     report = process_source(source, settings, write=False)
     report.text = source.text
+    if source.notebook is not None:
+        try:
+            report.output = source.notebook.encode(report.new_text) if report.new_text is not None else source.notebook.text
+        except NotebookError as exc:
+            report.output = source.notebook.text
+            report.diagnostics.append(error_diagnostic(IO_ERROR, filename, f"fixes not written: {exc}"))
     return report
+
+
+# findings a noqa comment is not added for: the file was not checked (FSD900-FSD902), or
+# the finding is about a noqa comment itself (FSD800)
+NO_NOQA = ("FSD800", "FSD900", "FSD901", "FSD902")
+
+
+def add_noqa_directives(reports: Sequence[FileReport], settings: Settings) -> Tuple[int, List[Diagnostic]]:
+    """``--add-noqa``: write a ``# noqa: CODE`` for each finding of ``reports`` into its
+    file (``noqa.add_noqa``; atomically, encoding and newlines kept).  Returns the number of
+    rows that got a directive or a code, and an FSD902 per file that could not be written."""
+    added = 0
+    failures: List[Diagnostic] = []
+    for report in reports:
+        findings = [d for d in report.diagnostics if d.code not in NO_NOQA]
+        if not findings:
+            continue
+        try:
+            source = read_source(report.path)
+        except SourceError as exc:
+            failures.append(error_diagnostic(IO_ERROR, report.path, str(exc)))
+            continue
+        text, count = add_noqa(source.text, [(d.code, d.location.row, *d.statement_rows) for d in findings])
+        if text == source.text:
+            continue
+        try:
+            with blocked():
+                write_atomic(source, text)
+        except (FileChangedError, WriteRefused, OSError) as exc:
+            failures.append(error_diagnostic(IO_ERROR, report.path, f"noqa directives not written: {exc}"))
+            continue
+        added += count
+    return added, failures
+
+
+def notebook_cells(report: FileReport) -> None:
+    """A notebook's findings with their cell and rows in it (``Diagnostic.cell``), for
+    output: the rows the engine gives are rows of the joined code cells.  The text they
+    belong to is the fixed text when fixes were made (written or shown as a diff), else the
+    file as it is."""
+    if not is_notebook(report.path) or not report.diagnostics:
+        return
+    text = report.new_text if report.new_text is not None else report.text
+    if not text:
+        try:
+            text = read_source(report.path).text
+        except SourceError:
+            return
+    markers = cell_rows(text)
+    for d in report.diagnostics:
+        if d.cell is not None:
+            continue
+        d.message = message_in_cells(d.message, markers)
+        cell, row = cell_of(d.location.row, markers)
+        if cell is None:
+            continue
+        shift = d.location.row - row
+        d.cell = cell
+        d.location = Location(row, d.location.column)
+        d.end_location = Location(max(1, d.end_location.row - shift), d.end_location.column)
+        first, last = d.statement_rows
+        d.statement_rows = (max(1, first - shift), max(1, last - shift)) if first else (0, 0)
+        if d.fix is not None:
+            edits = tuple(
+                replace(e, location=Location(e.location.row - shift, e.location.column),
+                        end_location=Location(e.end_location.row - shift, e.end_location.column))
+                for e in d.fix.edits
+            )
+            d.fix = replace(d.fix, edits=edits)
 
 
 def exit_code(diagnostics: Sequence[Diagnostic], fixed: int, diff: bool) -> int:

@@ -46,6 +46,8 @@ class Diagnostic:
     # rows of the flagged statement: a noqa comment on any of them suppresses the finding
     statement_rows: Tuple[int, int] = (0, 0)
     extra: dict = field(default_factory=dict)
+    # a notebook's cell (1-based, as the notebook lists its cells): rows are then the cell's
+    cell: Optional[int] = None
 
     def sort_key(self):
-        return (self.filename, self.location.row, self.location.column, self.code)
+        return (self.filename, self.cell or 0, self.location.row, self.location.column, self.code)

@@ -22,10 +22,11 @@ from typing import List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.diagnostics import Diagnostic, Edit, Fix, Location
+from fsdp_lint.diagnostics import SAFE, Diagnostic, Edit, Fix, Location
 from fsdp_lint.facts.index import index_module
-from fsdp_lint.noqa import Suppressions
+from fsdp_lint.noqa import Suppressions, without_codes
 from fsdp_lint.positions import Positions
+from fsdp_lint.rules import BY_CODE
 from fsdp_lint.rules.base import Reporter, Rule
 from fsdp_lint.screen import Screening, ast_confirms  # noqa: F401 - ast_confirms: callers ask the engine
 from fsdp_lint.slicing import MAX_SHARE, MIN_CHARS, slice_text
@@ -34,6 +35,10 @@ from fsdp_lint.source import line_starts
 SYNTAX_ERROR = ("FSD900", "syntax-error")
 INTERNAL_ERROR = ("FSD901", "internal-error")
 IO_ERROR = ("FSD902", "io-error")
+# opt-in (ruff's RUF100): FSD codes of a noqa comment that suppress nothing; selected only
+# by its code, its name or a prefix longer than ``FSD`` (``rules.OPT_IN``)
+UNUSED_NOQA = ("FSD800", "unused-noqa")
+_FSD_CODE = re.compile(r"^FSD[0-9]{3}$", re.I)
 REPORT_URL = "https://github.com/fsdp-lint/fsdp-lint/issues"
 # Large files are sliced (``fsdp_lint.slicing``): libcst parses the statements holding the
 # screen's candidate sites and what the facts read for them.  FSDP_LINT_SLICE=0 (or off)
@@ -56,6 +61,8 @@ def gate_on() -> bool:
 class LintResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     parsed: bool = False  # libcst parsed the text (False: skipped or a syntax error)
+    # findings a noqa comment suppressed: (code, name, first row, last row)
+    suppressed: List[Tuple[str, str, int, int]] = field(default_factory=list)
 
 
 def error_diagnostic(kind, filename: str, message: str, row: int = 1, column: int = 1) -> Diagnostic:
@@ -343,14 +350,94 @@ def _slice_from() -> Optional[int]:
 
 
 def lint_text(
-    text: str, filename: str, rules: Sequence[Type[Rule]], parser=None, launch=None, gate: Optional[FileGate] = None
+    text: str, filename: str, rules: Sequence[Type[Rule]], parser=None, launch=None, gate: Optional[FileGate] = None,
+    unused_noqa: bool = False,
 ) -> LintResult:
     """``parser``: a stand-in for ``libcst.parse_module`` (same result, same errors); the
     language server passes one that re-parses only the statements an edit changed (its
     texts are parsed whole: no slicing).  ``launch``: how the project launches the file when
     that turns FSDP on (``fsdp_lint.launch``), None otherwise.  ``gate``: the text's
-    ``FileGate`` when an earlier stage made one (its answers are not computed again)."""
-    return lint_text_sliced(text, filename, rules, None if parser is not None else _slice_from(), parser, launch, gate)
+    ``FileGate`` when an earlier stage made one (its answers are not computed again).
+    ``unused_noqa``: also report FSD800 (noqa codes of ``rules`` that suppressed nothing)."""
+    result = lint_text_sliced(
+        text, filename, rules, None if parser is not None else _slice_from(), parser, launch, gate
+    )
+    if unused_noqa:
+        result.diagnostics.extend(unused_noqa_diagnostics(text, filename, rules, result))
+        result.diagnostics.sort(key=Diagnostic.sort_key)
+    return result
+
+
+def _known_code(code: str) -> bool:
+    return code in BY_CODE
+
+
+def has_fsd_noqa(text: str) -> bool:
+    """Whether a noqa comment could name an FSD rule (the cheap test before FSD800)."""
+    return "noqa" in text.lower() and bool(Suppressions(text).directives)
+
+
+def unused_noqa_diagnostics(text: str, filename: str, rules: Sequence[Type[Rule]], result: LintResult) -> List[Diagnostic]:
+    """FSD800: in each ``# noqa: CODES`` comment, the codes (or names) of selected rules
+    that suppressed no finding of this run, and ``FSDnnn`` codes no rule has.  Codes of
+    other tools (``F401``) and of rules not selected here are left alone (another run may
+    select them); a file whose analysis did not finish (FSD900, FSD901) is not judged.
+    The fix (safe) drops those codes, or the whole directive when none is left."""
+    if any(d.code in (SYNTAX_ERROR[0], INTERNAL_ERROR[0]) for d in result.diagnostics):
+        return []
+    suppressions = Suppressions(text)
+    if suppressions.whole_file or not suppressions.directives:
+        return []
+    for code, name, first, last in result.suppressed:
+        suppressions.suppresses(code, name, first, last)
+    selected = {}
+    for rule in rules:
+        selected[rule.code.upper()] = rule
+        selected[rule.name.upper()] = rule
+    known = {UNUSED_NOQA[0], UNUSED_NOQA[1].upper(), SYNTAX_ERROR[0], INTERNAL_ERROR[0], IO_ERROR[0]}
+    starts = line_starts(text)
+    out = []
+    for row, directive in sorted(suppressions.directives.items()):
+        unused, unknown = [], []
+        for written in directive.codes:
+            key = written.upper()
+            if (row, key) in suppressions.used or key in known:
+                continue
+            if key in selected:
+                unused.append(written)
+            elif _FSD_CODE.match(key) and not _known_code(key):
+                unknown.append(written)
+        if not unused and not unknown:
+            continue
+        names = [UNUSED_NOQA[0], UNUSED_NOQA[1].upper()]
+        if any(code.upper() in names for code in directive.codes):
+            continue  # the comment suppresses FSD800 itself
+        parts = []
+        if unused:
+            parts.append("unused: " + ", ".join(f"`{c}`" for c in unused))
+        if unknown:
+            parts.append("unknown: " + ", ".join(f"`{c}`" for c in unknown))
+        start = starts[row - 1]
+        end = starts[row] if row < len(starts) else len(text)
+        line = text[start:end]
+        body = line.rstrip("\r\n")
+        fix = None
+        change = without_codes(directive, unused + unknown)
+        if change is not None:
+            begin, finish, content = change
+            new_body = body[:begin] + content + body[finish:]
+            if not content:
+                new_body = new_body.rstrip()
+            edit = Edit(new_body, Location(row, 1), Location(row, len(body) + 1), start, start + len(body))
+            fix = Fix(SAFE, "Remove the unused `noqa` code(s)", (edit,))
+        loc = Location(row, directive.start + 1)
+        out.append(
+            Diagnostic(
+                UNUSED_NOQA[0], UNUSED_NOQA[1], f"Unused `noqa` directive ({'; '.join(parts)})", filename,
+                loc, Location(row, directive.end + 1), fix=fix, statement_rows=(row, row),
+            )
+        )
+    return out
 
 
 def lint_text_sliced(
@@ -427,6 +514,7 @@ def lint_text_sliced(
             if isinstance(statement, cst.SimpleStatementLine):
                 last = max(last, srng.end.line)
         if suppressions.suppresses(rule.code, rule.name, first, last):
+            result.suppressed.append((rule.code, rule.name, first, last))
             continue
         fix = None
         if proposal:

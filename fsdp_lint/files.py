@@ -24,7 +24,7 @@ DEFAULT_EXCLUDES = (
     "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".fsdp_lint_cache",
     ".hypothesis", ".ipynb_checkpoints",
 )
-SUFFIXES = (".py", ".pyi")
+SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
 def _glob_regex(pattern: str) -> "re.Pattern[str]":
@@ -115,7 +115,7 @@ def matches_any(path: str, patterns: Sequence[str]) -> bool:
     return False
 
 
-NOT_PYTHON = "not a Python file (.py, .pyi or a python #! script)"
+NOT_PYTHON = "not a Python file (.py, .pyi, .ipynb or a python #! script)"
 
 
 def is_python_file(path: str) -> bool:

@@ -19,6 +19,8 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from fsdp_lint.notebook import Notebook, NotebookError, is_notebook, parse as parse_notebook
+
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 # PEP 263: a comment naming the encoding on line 1 or 2
 _CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+", re.M)
@@ -37,19 +39,41 @@ class SourceError(Exception):
 class SourceFile:
     path: str
     raw: bytes
-    text: str  # decoded, without BOM
+    text: str  # decoded, without BOM (a notebook: its code cells joined, ``fsdp_lint.notebook``)
     encoding: str
     bom: bool
+    notebook: Optional[Notebook] = None
     # what the gate learned about ``text`` (``engine.FileGate``): set by the first stage
     # that asks, so later stages of the same file do not ask again
     gate: Optional[object] = field(default=None, repr=False, compare=False)
 
     def encode(self, text: str) -> bytes:
+        if self.notebook is not None:
+            try:
+                text = self.notebook.encode(text)
+            except NotebookError as exc:
+                raise WriteRefused(str(exc)) from None
         data = text.encode(self.encoding)
         return codecs.BOM_UTF8 + data if self.bom else data
 
 
+def _decode_notebook(raw: bytes, path: str) -> SourceFile:
+    bom = raw.startswith(codecs.BOM_UTF8)
+    body = raw[len(codecs.BOM_UTF8):] if bom else raw
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"notebook is not UTF-8: {exc}") from None
+    try:
+        notebook = parse_notebook(text)
+    except NotebookError as exc:
+        raise SourceError(f"not a valid Jupyter notebook: {exc}") from None
+    return SourceFile(path=path, raw=raw, text=notebook.python_text, encoding="utf-8", bom=bom, notebook=notebook)
+
+
 def decode_source(raw: bytes, path: str = "<stdin>") -> SourceFile:
+    if is_notebook(path):
+        return _decode_notebook(raw, path)
     if b"\x00" in raw:
         raise SourceError("binary file (contains NUL bytes), not Python source")
     lines = iter(re.findall(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", raw[:4096]))

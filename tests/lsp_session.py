@@ -185,3 +185,53 @@ class Session:
     async def hover(self, uri: str, position: types.Position) -> Optional[types.Hover]:
         params = types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=position)
         return await asyncio.wait_for(self.client.text_document_hover_async(params), WAIT)
+
+    def open_notebook(self, path: Path, cells: List[tuple]) -> List[str]:
+        """``notebookDocument/didOpen`` of ``cells`` ((kind, language, text): kind "code" or
+        "markdown"); returns the cell documents' URIs, in order."""
+        uri = path.as_uri()
+        cell_uris = [f"vscode-notebook-cell:{path.as_posix()}#C{n}" for n in range(len(cells))]
+        notebook = types.NotebookDocument(
+            uri=uri, notebook_type="jupyter-notebook", version=1,
+            cells=[
+                types.NotebookCell(
+                    kind=types.NotebookCellKind.Code if kind == "code" else types.NotebookCellKind.Markup,
+                    document=cell_uri,
+                )
+                for (kind, _, _), cell_uri in zip(cells, cell_uris)
+            ],
+        )
+        documents = [
+            types.TextDocumentItem(uri=cell_uri, language_id=language, version=1, text=text)
+            for (_, language, text), cell_uri in zip(cells, cell_uris)
+        ]
+        self.client.notebook_document_did_open(
+            types.DidOpenNotebookDocumentParams(notebook_document=notebook, cell_text_documents=documents)
+        )
+        return cell_uris
+
+    def change_cell(self, notebook: Path, version: int, cell_uri: str, cell_version: int, text: str) -> None:
+        """``notebookDocument/didChange``: one cell's whole text replaced."""
+        self.client.notebook_document_did_change(
+            types.DidChangeNotebookDocumentParams(
+                notebook_document=types.VersionedNotebookDocumentIdentifier(version=version, uri=notebook.as_uri()),
+                change=types.NotebookDocumentChangeEvent(
+                    cells=types.NotebookDocumentCellChanges(
+                        text_content=[
+                            types.NotebookDocumentCellContentChanges(
+                                document=types.VersionedTextDocumentIdentifier(uri=cell_uri, version=cell_version),
+                                changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
+                            )
+                        ]
+                    )
+                ),
+            )
+        )
+
+    def close_notebook(self, notebook: Path, cell_uris: List[str]) -> None:
+        self.client.notebook_document_did_close(
+            types.DidCloseNotebookDocumentParams(
+                notebook_document=types.NotebookDocumentIdentifier(uri=notebook.as_uri()),
+                cell_text_documents=[types.TextDocumentIdentifier(uri=u) for u in cell_uris],
+            )
+        )

@@ -36,7 +36,8 @@ def test_json_output(cli, tmp_path):
     shutil.copy(BAD, target)
     data = json.loads(cli("check", "--format", "json", target).stdout)
     first = data[0]
-    assert set(first) == {"code", "name", "message", "filename", "location", "end_location", "fix", "url"}
+    assert set(first) == {"code", "name", "message", "filename", "location", "end_location", "fix", "url", "cell"}
+    assert first["cell"] is None  # ruff's: a notebook's cell, null for other files
     assert first["code"] == "FSD001" and first["name"] == "summon-writeback-with-cpu-offload"
     assert first["location"] == {"row": 4, "column": 6}
     assert first["end_location"] == {"row": 4, "column": 36}

@@ -13,12 +13,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fsdp_lint"
 # lowest first; a module's box is the longest prefix listed here
 LAYERS = [
     ["fsdp_lint", "fsdp_lint.lazy_libcst", "fsdp_lint.diagnostics", "fsdp_lint.source", "fsdp_lint.noqa",
-     "fsdp_lint.interrupt", "fsdp_lint.versions"],
+     "fsdp_lint.interrupt", "fsdp_lint.notebook", "fsdp_lint.versions"],
     ["fsdp_lint.facts", "fsdp_lint.fixes", "fsdp_lint.positions"],
     ["fsdp_lint.rules", "fsdp_lint.config", "fsdp_lint.launch"],
     ["fsdp_lint.engine", "fsdp_lint.slicing", "fsdp_lint.screen"],
     ["fsdp_lint.fixer", "fsdp_lint.output"],
-    ["fsdp_lint.check", "fsdp_lint.cache", "fsdp_lint.files"],
+    ["fsdp_lint.check", "fsdp_lint.cache", "fsdp_lint.files", "fsdp_lint.baseline"],
     ["fsdp_lint.verify", "fsdp_lint.scenarios", "fsdp_lint.docs", "fsdp_lint.server", "fsdp_lint.flake8_plugin"],
     ["fsdp_lint.cli", "fsdp_lint.__main__"],
 ]

@@ -8,14 +8,20 @@ import sys
 from collections import Counter
 from typing import List, Optional, Sequence
 
+from fsdp_lint import baseline
 from fsdp_lint.cache import Cache, cache_dir, clean
-from fsdp_lint.check import Overrides, Settings, display_path, exit_code, process_stdin, run_files
+from fsdp_lint.check import (
+    FileReport, Overrides, Settings, add_noqa_directives, display_path, exit_code, notebook_cells, process_stdin,
+    run_files,
+)
 from fsdp_lint.config import ConfigError, ConfigFinder, check_version
 from fsdp_lint.diagnostics import SAFE
 from fsdp_lint.engine import IO_ERROR, error_diagnostic
 from fsdp_lint.files import NOT_PYTHON, discover, matches_any
 from fsdp_lint.interrupt import Interrupted, handlers
+from fsdp_lint.launch import project_root
 from fsdp_lint.output import FORMATS, render
+from fsdp_lint.output.fingerprint import Texts
 from fsdp_lint.output.progress import Progress
 from fsdp_lint.rules import UnknownRuleError, matching
 
@@ -53,6 +59,11 @@ def _check_parser() -> argparse.ArgumentParser:
     fixing.add_argument("--no-unsafe-fixes", dest="unsafe_fixes", action="store_false", help="never unsafe fixes")
     fixing.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing")
     fixing.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when a file was fixed")
+    fixing.add_argument(
+        "--add-noqa", action="store_true",
+        help="add `# noqa: FSDxxx` to each flagged statement (existing codes kept; running it again adds nothing)",
+    )
+    fixing.add_argument("--show-fixes", action="store_true", help="with --fix: list the fixed findings per file and rule")
     rules = parser.add_argument_group("rule selection")
     rules.add_argument("--select", type=_codes, default=None, help="codes, prefixes or names (comma-separated); ALL")
     rules.add_argument("--extend-select", type=_codes, default=[], help="add to the selection")
@@ -67,11 +78,21 @@ def _check_parser() -> argparse.ArgumentParser:
     files.add_argument("--force-exclude", action="store_true", help="apply excludes to files named on the command line")
     files.add_argument("--stdin-filename", default=None, help="the path of the source read from standard input")
     files.add_argument("--show-files", action="store_true", help="list what would be linted, and why the rest is skipped")
+    files.add_argument(
+        "--show-settings", action="store_true",
+        help="print the settings used for the first file (config file, selection, rules, target torch, launch)",
+    )
     output = parser.add_argument_group("output")
-    output.add_argument("--format", default="text", help="text, full, json, sarif or github")
+    output.add_argument("--format", default="text", help="text, full, json, sarif, github, gitlab or junit")
     output.add_argument("-o", "--output-file", default=None, help="write the report to this file")
     output.add_argument("--statistics", action="store_true", help="print a count per rule instead of each finding")
     output.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    baselines = parser.add_argument_group("baseline")
+    baselines.add_argument(
+        "--baseline", metavar="FILE", default=None,
+        help="report only findings FILE does not record (matched by rule, file and the flagged statement's text)",
+    )
+    baselines.add_argument("--write-baseline", metavar="FILE", default=None, help="record every finding in FILE; exit 0")
     speed = parser.add_argument_group("speed")
     speed.add_argument("-j", "--jobs", type=_jobs, default=None, help="processes (default: all cores)")
     speed.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
@@ -113,6 +134,9 @@ def _run_check(argv: Sequence[str]) -> int:
     args = _check_parser().parse_args(argv)
     if args.format not in FORMATS:
         return _error(f"unknown --format {args.format!r} (allowed: {', '.join(FORMATS)})")
+    conflict = _conflict(args)
+    if conflict:
+        return _error(conflict)
     try:
         for selector in (args.select or []) + args.extend_select + args.ignore:
             matching(selector)
@@ -133,8 +157,12 @@ def _run_check(argv: Sequence[str]) -> int:
     excludes = list(args.exclude if args.exclude is not None else (root_config.exclude or []))
     excludes += root_config.extend_exclude + args.extend_exclude
     report_text: List[str] = []
+    if args.add_noqa and reads_stdin:
+        return _error("--add-noqa edits files: it does not read standard input")
     if reads_stdin:
         name = args.stdin_filename or "-"
+        if args.show_settings:
+            return _emit(args.output_file, show_settings(name, settings, finder))
         if args.force_exclude and matches_any(name, excludes):
             data = sys.stdin.buffer.read()
             if args.fix:
@@ -145,7 +173,10 @@ def _run_check(argv: Sequence[str]) -> int:
         except ConfigError as exc:
             return _error(str(exc))
         if args.fix:
-            sys.stdout.write(report.new_text if report.new_text is not None else report.text)
+            if report.output is not None:  # a notebook: its JSON, fixed cells written back
+                sys.stdout.write(report.output)
+            else:
+                sys.stdout.write(report.new_text if report.new_text is not None else report.text)
         reports = [report]
         problems = []
     else:
@@ -155,6 +186,10 @@ def _run_check(argv: Sequence[str]) -> int:
             lines += [f"skipped {display_path(path)} ({why})\n" for path, why in found.skipped]
             lines += [f"problem {display_path(path)} ({why})\n" for path, why in found.problems]
             return _emit(args.output_file, "".join(lines))
+        if args.show_settings:
+            if not found.files:
+                return _error("--show-settings: no Python file found under the given path(s)")
+            return _emit(args.output_file, show_settings(found.files[0], settings, finder))
         for path in found.not_python:
             _warn(f"skipped {display_path(path)}: {NOT_PYTHON}")
         if not found.files and not found.problems:
@@ -170,6 +205,35 @@ def _run_check(argv: Sequence[str]) -> int:
         problems = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
     _show_notes(finder)
     diagnostics = problems + [d for report in reports for d in report.diagnostics]
+    # the text each report's findings refer to: the fixed text where fixes were made (written
+    # or shown as a diff), the text read from standard input, else the file as it is now
+    texts = Texts({
+        report.path: report.new_text if report.new_text is not None else report.text
+        for report in reports if report.new_text is not None or reads_stdin
+    })
+    if args.add_noqa:
+        added, failures = add_noqa_directives(reports, settings)
+        for d in failures:
+            d.filename = display_path(d.filename)
+            print(f"fsdp-lint: {d.filename}: {d.message}", file=sys.stderr)
+        print(f"Added {added} noqa directive(s).", file=sys.stderr)
+        return 2 if failures else 0
+    for report in reports:
+        notebook_cells(report)
+    if args.write_baseline:
+        try:
+            count = baseline.write(args.write_baseline, diagnostics, texts)
+        except baseline.BaselineError as exc:
+            return _error(str(exc))
+        print(f"fsdp-lint: recorded {count} finding(s) in {args.write_baseline}", file=sys.stderr)
+        return 2 if any(d.code == "FSD901" for d in diagnostics) else 0
+    if args.baseline:
+        try:
+            diagnostics, hidden = baseline.new_findings(diagnostics, args.baseline, texts)
+        except baseline.BaselineError as exc:
+            return _error(str(exc))
+        if hidden:
+            print(f"fsdp-lint: {hidden} finding(s) recorded in {args.baseline} not shown", file=sys.stderr)
     fixed = sum(report.fixed for report in reports)
     fixes = sum(report.fixes for report in reports)
     summarised = args.format == "text" and not args.diff and not args.statistics
@@ -187,8 +251,10 @@ def _run_check(argv: Sequence[str]) -> int:
         for (code, name), count in sorted(counts.items()):
             report_text.append(f"{count:>5}\t{code}\t{name}\n")
     else:
-        report_text.append(render(args.format, diagnostics))
+        report_text.append(render(args.format, diagnostics, texts=texts))
         if args.format == "text":
+            if args.show_fixes and args.fix and fixed:
+                report_text.append(_fixed_summary(reports, fixed))
             report_text.append(_summary(diagnostics, fixed, fixes, args.fix))
             if not diagnostics and not fixed and not (reads_stdin and args.fix):
                 report_text.append("All checks passed!\n")
@@ -205,6 +271,81 @@ def _run_check(argv: Sequence[str]) -> int:
     if args.exit_zero and code == 1:
         return 0
     return code
+
+
+def _conflict(args) -> Optional[str]:
+    """Options that cannot go together, as a usage error (None when they can)."""
+    pairs = [
+        ("--add-noqa", args.add_noqa, "--fix", args.fix), ("--add-noqa", args.add_noqa, "--diff", args.diff),
+        ("--add-noqa", args.add_noqa, "--baseline", args.baseline),
+        ("--add-noqa", args.add_noqa, "--write-baseline", args.write_baseline),
+        ("--write-baseline", args.write_baseline, "--baseline", args.baseline),
+        ("--write-baseline", args.write_baseline, "--fix", args.fix),
+        ("--write-baseline", args.write_baseline, "--diff", args.diff),
+        ("--show-settings", args.show_settings, "--show-files", args.show_files),
+    ]
+    for one, on, other, also in pairs:
+        if on and also:
+            return f"{one} cannot be used with {other}"
+    return None
+
+
+def _fixed_summary(reports: Sequence[FileReport], fixed: int) -> str:
+    """ruff's ``--show-fixes`` list: per file, how many findings of each rule were fixed."""
+    out = [f"Fixed {fixed} error(s):\n"]
+    for report in sorted(reports, key=lambda r: r.path):
+        if not report.fixed:
+            continue
+        gone = Counter((d.code, d.name) for d in report.unfixed)
+        gone.subtract(Counter((d.code, d.name) for d in report.diagnostics))
+        out.append(f"- {display_path(report.path)}:\n")
+        for (code, name), count in sorted(gone.items()):
+            if count > 0:
+                out.append(f"    {count} \u00d7 {code} ({name})\n")
+    return "".join(out)
+
+
+def show_settings(path: str, settings: Settings, finder: ConfigFinder) -> str:
+    """``--show-settings``: what fsdp-lint uses for ``path`` and where each value comes from."""
+    config = finder.for_file(path)
+    o = settings.overrides
+    where = config.path or "(none: defaults)"
+
+    def origin(cli_value, file_value) -> str:
+        if cli_value:
+            return "command line"
+        return where if file_value else "default"
+
+    select = o.select if o.select is not None else (config.select or ["ALL"])
+    ignores = ([] if o.select is not None else config.ignore) + o.ignore
+    launch = settings.launch_for(path)
+    target = o.target_torch_version or config.target_torch_version
+    lines = [
+        f"Resolved settings for: {display_path(path)}",
+        f"Settings path: {where}",
+        f"select = {select!r}  # {origin(o.select is not None, config.select)}",
+        f"extend-select = {config.extend_select + o.extend_select!r}",
+        f"ignore = {ignores!r}",
+        f"per-file-ignores (matching this file) = {config.ignores_for(path)!r}",
+        f"rules = {[rule.code for rule in settings.rules_for(path)]!r}",
+        f"unused-noqa (FSD800, opt-in) = {str(settings.unused_noqa_for(path)).lower()}",
+        f"unsafe-fixes = {str(settings.unsafe_for(path)).lower()}"
+        f"  # {origin(o.unsafe_fixes is not None, config.unsafe_fixes is not None)}",
+        f"target-torch-version = {target or '(not set: every rule, paths fixed long ago off)'}"
+        f"  # {origin(o.target_torch_version, config.target_torch_version)}",
+    ]
+    if launch is None:
+        lines.append("launch = (no FSDP launch detected for this file)")
+    else:
+        details = [
+            f"{key}={value}"
+            for key, value in (("offload_params", launch.offload_params), ("use_orig_params", launch.use_orig_params),
+                               ("fsdp_version", launch.version))
+            if value is not None
+        ]
+        lines.append(f"launch = FSDP turned on by {launch.source}" + (f" ({', '.join(details)})" if details else ""))
+        lines.append(f"project root (launch paths are relative to it) = {project_root(path)}")
+    return "\n".join(lines) + "\n"
 
 
 def _show_notes(finder: ConfigFinder) -> None:

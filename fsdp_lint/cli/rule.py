@@ -10,7 +10,7 @@ from typing import Sequence
 
 from fsdp_lint.cli.rules import rule_json
 from fsdp_lint.docs import framework_forms, installed_torch, on_your_torch, render_for_user
-from fsdp_lint.rules import UnknownRuleError, lookup
+from fsdp_lint.rules import OPT_IN, OPT_IN_DOCS, UnknownRuleError, lookup
 
 
 def run(argv: Sequence[str]) -> int:
@@ -18,6 +18,13 @@ def run(argv: Sequence[str]) -> int:
     parser.add_argument("rule", help="code (FSD001) or name (summon-writeback-with-cpu-offload)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
+    for code, name in OPT_IN.items():  # the engine's opt-in checks (FSD800): a page, no verifier
+        if args.rule.strip().upper() == code or args.rule.strip().lower() == name:
+            if args.format == "json":
+                print(json.dumps({"code": code, "name": name, "opt_in": True, "doc": OPT_IN_DOCS[code]}, indent=2))
+            else:
+                print(OPT_IN_DOCS[code], end="")
+            return 0
     try:
         rule = lookup(args.rule)
     except UnknownRuleError as exc:

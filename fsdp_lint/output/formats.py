@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List
 
 from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.output import full, github, json_format, sarif, text
+from fsdp_lint.output import full, github, gitlab, json_format, junit, sarif, text
 
 FORMATS: Dict[str, Callable[..., str]] = {
     "text": text.render,
@@ -13,6 +13,8 @@ FORMATS: Dict[str, Callable[..., str]] = {
     "json": json_format.render,
     "sarif": sarif.render,
     "github": github.render,
+    "gitlab": gitlab.render,
+    "junit": junit.render,
 }
 
 

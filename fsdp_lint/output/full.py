@@ -26,7 +26,7 @@ def render(diagnostics: List[Diagnostic], sources: Dict[str, str] = None, **_con
     out = []
     for d in diagnostics:
         out.append(text_line(d))
-        text = _source(d.filename, sources)
+        text = _source(d.filename, sources) if d.cell is None else ""  # a notebook cell: the line only
         lines = text.splitlines()
         if 0 < d.location.row <= len(lines):
             width = len(str(d.end_location.row))

@@ -32,6 +32,7 @@ def as_dict(d: Diagnostic) -> dict:
         "end_location": _loc(d.end_location),
         "fix": fix,
         "url": d.url,
+        "cell": d.cell,  # ruff's: the notebook cell (1-based) the rows belong to, null for other files
     }
 
 

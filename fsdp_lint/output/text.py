@@ -9,7 +9,8 @@ from fsdp_lint.diagnostics import SAFE, Diagnostic
 
 def line(d: Diagnostic) -> str:
     marker = " [*]" if d.fix is not None and d.fix.applicability == SAFE else ""
-    return f"{d.filename}:{d.location.row}:{d.location.column}: {d.code}{marker} {d.message}"
+    cell = f"cell {d.cell}:" if d.cell is not None else ""  # ruff's notebook form
+    return f"{d.filename}:{cell}{d.location.row}:{d.location.column}: {d.code}{marker} {d.message}"
 
 
 def render(diagnostics: List[Diagnostic], **_context) -> str:

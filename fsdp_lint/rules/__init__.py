@@ -30,8 +30,61 @@ BY_CODE: Dict[str, Type[Rule]] = {rule.code: rule for rule in ALL_RULES}
 BY_NAME: Dict[str, Type[Rule]] = {rule.name: rule for rule in ALL_RULES}
 
 
+# Checks the engine runs itself, not rule modules, on only when a selector names them (as
+# ruff's RUF100): code -> name.  ``ALL`` and ``FSD`` never select them; their code, their
+# name or a longer prefix (``FSD8``) does.
+OPT_IN: Dict[str, str] = {"FSD800": "unused-noqa"}
+OPT_IN_DOCS: Dict[str, str] = {
+    "FSD800": """# FSD800 unused-noqa
+
+Opt-in: select it by code or name (`--extend-select FSD800`, `extend-select = ["unused-noqa"]`);
+`ALL` and `FSD` leave it off. Fix: safe.
+
+## What it does
+Reports the codes and rule names in a `# noqa: ...` list that suppressed no finding of this run
+(ruff's RUF100), and `FSDnnn` codes no rule has.
+
+## Why is this bad?
+A stale `# noqa: FSD001` hides the next real finding on that statement.
+
+## Example
+```python
+with FSDP.summon_full_params(model, writeback=False):  # noqa: FSD001
+    ...
+```
+
+## Use instead
+```python
+with FSDP.summon_full_params(model, writeback=False):
+    ...
+```
+
+## Fix safety
+Safe: it removes only codes that suppressed nothing (the whole directive when none is left and no
+text follows the list).
+
+Other tools' codes (`F401`), a bare `# noqa` and codes of rules not selected in the run are left
+alone; a file that did not parse is not judged.
+""",
+}
+
+
 class UnknownRuleError(ValueError):
     pass
+
+
+def _names_opt_in(selector: str, code: str) -> bool:
+    key = selector.strip()
+    return key.lower() == OPT_IN[code] or (len(key) > 3 and code.startswith(key.upper()))
+
+
+def opt_in_selected(code: str, select: Sequence[str], ignore: Iterable[str]) -> bool:
+    """Whether the opt-in check ``code`` runs under this selection (see ``OPT_IN``)."""
+    if not any(_names_opt_in(selector, code) for selector in select):
+        return False
+    return not any(
+        selector.strip().upper() in ("ALL", "FSD") or _names_opt_in(selector, code) for selector in ignore
+    )
 
 
 def lookup(code_or_name: str) -> Type[Rule]:
@@ -50,6 +103,8 @@ def matching(selector: str) -> List[Type[Rule]]:
     if key.lower() in BY_NAME:
         return [BY_NAME[key.lower()]]
     hits = [rule for rule in ALL_RULES if rule.code.startswith(key.upper())]
+    if not hits and any(_names_opt_in(key, code) for code in OPT_IN):
+        return []  # an opt-in check only (FSD800): no rule module
     if not hits or not key.upper().startswith("FSD"):
         raise UnknownRuleError(f"unknown rule selector {selector!r}")
     return hits

@@ -8,6 +8,9 @@
 - A changed ``pyproject.toml`` (``didChangeWatchedFiles``, registered for ``**/pyproject.toml``
   when the client allows it, or saved in the editor) or new client settings
   (``didChangeConfiguration``) re-read the configuration and re-lint every open document.
+- Notebook documents (``notebookDocument/didOpen``, ``didChange``, ``didSave``,
+  ``didClose``): the Python code cells are linted together (``notebooks``), findings and
+  quick fixes are on each cell's document.
 - The server never runs the code it reads and never imports torch or the user's modules:
   ``fsdp-lint verify`` stays a command-line action.
 """
@@ -20,10 +23,11 @@ from typing import Dict, Optional
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
 
 from fsdp_lint import __version__
 from fsdp_lint.config import ConfigError
-from fsdp_lint.server import actions, hover
+from fsdp_lint.server import actions, hover, notebooks
 from fsdp_lint.server.incremental import ParseCache
 from fsdp_lint.server.linting import DocumentLint, document_path, is_python_document, lint_document
 from fsdp_lint.server.lsp_diagnostics import document_diagnostics
@@ -37,7 +41,10 @@ CONFIG_FILE = "pyproject.toml"
 
 class FsdpLintServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("fsdp-lint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
+        super().__init__(
+            "fsdp-lint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full,
+            notebook_document_sync=notebooks.SYNC,
+        )
         self.client_settings = ClientSettings()
         self.lint_settings = None
         self.settings_error: Optional[str] = None
@@ -45,6 +52,7 @@ class FsdpLintServer(LanguageServer):
         self.results: Dict[str, DocumentLint] = {}
         self.timers: Dict[str, asyncio.TimerHandle] = {}
         self.parses: Dict[str, ParseCache] = {}
+        self.notebooks: Dict[str, notebooks.NotebookLint] = {}  # notebook URI -> its last lint
         self._shown_errors: set = set()
 
     # -- settings -------------------------------------------------------------------
@@ -73,7 +81,67 @@ class FsdpLintServer(LanguageServer):
     def encoding(self) -> str:
         return str(self.workspace.position_encoding or types.PositionEncodingKind.Utf16.value)
 
+    def notebook_of(self, uri: str) -> Optional[str]:
+        """The notebook's URI when ``uri`` is a notebook or one of its cells, else None."""
+        if uri in self.workspace.notebook_documents:
+            return uri
+        notebook = self.workspace.get_notebook_document(cell_uri=uri)
+        return notebook.uri if notebook is not None else None
+
+    def lint_notebook(self, uri: str, republish: bool = True) -> Optional[notebooks.NotebookLint]:
+        """Lint the notebook and publish each cell's diagnostics; without ``republish``, a
+        notebook whose text was linted already is answered from that lint, silently."""
+        timer = self.timers.pop(uri, None)
+        if timer is not None:
+            timer.cancel()
+        notebook = self.workspace.get_notebook_document(notebook_uri=uri)
+        if notebook is None:
+            return None
+        if self.lint_settings is None and self.settings_error is None:
+            self.reload_settings()
+        cells = notebooks.code_cells(
+            notebook,
+            lambda cell: self.workspace.get_text_document(cell).source,
+            lambda cell: self.workspace.get_text_document(cell).language_id,
+        )
+        text = notebooks.joined(cells)
+        previous = self.notebooks.get(uri)
+        if previous is not None and previous.lint.generation == self.generation and previous.lint.text == text:
+            nb = notebooks.NotebookLint(previous.lint, cells, previous.markers)
+            if not republish and [c for c, _ in cells] == [c for c, _ in previous.cells]:
+                return nb
+        else:
+            path = document_path(uri, to_fs_path(uri), self.workspace.root_path)
+            parser = self.parses.setdefault(uri, ParseCache()).parse
+            lint = lint_document(uri, path, notebook.version, text, self.lint_settings, self.settings_error, parser)
+            lint.generation = self.generation
+            nb = notebooks.NotebookLint(lint, cells, notebooks.markers_of(text))
+        if nb.lint.config_error:
+            self.show_once(f"fsdp-lint: {nb.lint.config_error}", types.MessageType.Error)
+        published = notebooks.cell_diagnostics(nb, self.encoding)
+        if previous is not None:  # cells removed since: cleared
+            for cell_uri, _ in previous.cells:
+                published.setdefault(cell_uri, [])
+        self.notebooks[uri] = nb
+        for cell_uri, diagnostics in published.items():
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=diagnostics))
+        return nb
+
+    def close_notebook(self, uri: str, cell_uris) -> None:
+        timer = self.timers.pop(uri, None)
+        if timer is not None:
+            timer.cancel()
+        self.parses.pop(uri, None)
+        previous = self.notebooks.pop(uri, None)
+        cleared = set(cell_uris) | {cell for cell, _ in (previous.cells if previous else [])}
+        for cell_uri in sorted(cleared):
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=[]))
+
     def lint_now(self, uri: str) -> Optional[DocumentLint]:
+        notebook = self.notebook_of(uri)
+        if notebook is not None:  # a cell is linted with its notebook
+            self.lint_notebook(notebook)
+            return None
         timer = self.timers.pop(uri, None)
         if timer is not None:
             timer.cancel()
@@ -111,7 +179,9 @@ class FsdpLintServer(LanguageServer):
     def _lint_safely(self, uri: str) -> None:
         self.timers.pop(uri, None)
         try:
-            if uri in self.workspace.text_documents:
+            if uri in self.workspace.notebook_documents:
+                self.lint_notebook(uri)
+            elif uri in self.workspace.text_documents:
                 self.lint_now(uri)
         except Exception:  # noqa: BLE001 - a timer callback must not take the loop down
             log.exception("fsdp-lint: linting %s failed", uri)
@@ -122,6 +192,9 @@ class FsdpLintServer(LanguageServer):
         for uri in list(self.results):
             if uri in self.workspace.text_documents:
                 self.lint_now(uri)
+        for uri in list(self.notebooks):
+            if uri in self.workspace.notebook_documents:
+                self.lint_notebook(uri)
 
     def current(self, uri: str) -> Optional[DocumentLint]:
         """The lint of the document's current version (linting it now if a change is pending)."""
@@ -194,6 +267,22 @@ def create_server() -> FsdpLintServer:
         if server.results.pop(uri, None) is not None:
             server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def notebook_did_open(params: types.DidOpenNotebookDocumentParams) -> None:
+        server.lint_notebook(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def notebook_did_change(params: types.DidChangeNotebookDocumentParams) -> None:
+        server.lint_later(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+    def notebook_did_save(params: types.DidSaveNotebookDocumentParams) -> None:
+        server.lint_notebook(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def notebook_did_close(params: types.DidCloseNotebookDocumentParams) -> None:
+        server.close_notebook(params.notebook_document.uri, [cell.uri for cell in params.cell_text_documents])
+
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
         if isinstance(params.settings, dict) and params.settings:
@@ -210,6 +299,16 @@ def create_server() -> FsdpLintServer:
         types.CodeActionOptions(code_action_kinds=list(actions.KINDS), resolve_provider=True),
     )
     def code_action(params: types.CodeActionParams):
+        notebook = server.notebook_of(params.text_document.uri)
+        if notebook is not None:  # a cell: its quick fixes, from the notebook's lint
+            nb = server.lint_notebook(notebook, republish=False)
+            if nb is None or nb.lint.config_error or not actions.wanted(types.CodeActionKind.QuickFix, params.context.only):
+                return None
+            rng = params.range
+            return notebooks.quick_fixes(
+                nb, params.text_document.uri, (rng.start.line, rng.start.character),
+                (rng.end.line, rng.end.character), server.encoding,
+            ) or None
         lint = server.current(params.text_document.uri)
         if lint is None or lint.config_error:
             return None

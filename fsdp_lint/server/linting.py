@@ -1,8 +1,9 @@
 """Linting one open document: which documents count, the file's settings, the engine.
 
 A document is linted when it is Python source: language id ``python`` (or, without one,
-a ``.py``/``.pyi``/``.pyw`` path).  Notebooks (``.ipynb``, notebook cell URIs) and every
-other language are left alone.  The file's ``[tool.fsdp-lint]`` applies (select, ignore,
+a ``.py``/``.pyi``/``.pyw`` path).  Notebooks come as notebook documents (``notebooks``); a
+``.ipynb`` or a notebook cell URI sent as a plain text document, and every other language,
+are left alone.  The file's ``[tool.fsdp-lint]`` applies (select, ignore,
 per-file-ignores, target-torch-version, exclude), found from the document's path; an
 untitled document is linted with the configuration of the workspace folder.
 """
@@ -54,6 +55,7 @@ class DocumentLint:
     rules: List[Type[Rule]] = field(default_factory=list)
     unsafe: bool = False
     launch: Optional[object] = None  # the project's FSDP launch of the file (``fsdp_lint.launch``)
+    unused_noqa: bool = False  # the opt-in FSD800 runs on this file
     config_error: Optional[str] = None
     excluded: bool = False
     generation: int = 0  # which reading of the settings it was linted with
@@ -82,11 +84,12 @@ def lint_document(uri: str, path: str, version: Optional[int], text: str, settin
         result.rules = settings.rules_for(path)
         result.unsafe = settings.unsafe_for(path)
         result.launch = settings.launch_for(path)
+        result.unused_noqa = settings.unused_noqa_for(path)
     except ConfigError as exc:
         result.config_error = str(exc)
         return result
     try:
-        result.diagnostics = lint_text(text, path, result.rules, parser, result.launch).diagnostics
+        result.diagnostics = lint_text(text, path, result.rules, parser, result.launch, result.unused_noqa).diagnostics
     except RecursionError:
         result.diagnostics = [
             error_diagnostic(SYNTAX_ERROR, path, "file too deeply nested to analyse, file not checked")
