@@ -19,11 +19,13 @@ from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
 from fsdp_lint.diagnostics import Diagnostic
 from fsdp_lint.engine import (
-    INTERNAL_ERROR, IO_ERROR, cpython_syntax_error, error_diagnostic, gate_on, lint_text, names_a_topic, wanted_rules,
+    INTERNAL_ERROR, IO_ERROR, cpython_syntax_error, error_diagnostic, gate_on, lint_text, names_a_topic, project_kinds,
+    wanted_rules,
 )
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.launch import Launch, LaunchFinder
+from fsdp_lint.project import ProjectIndex
 from fsdp_lint.rules import for_target, select_rules
 from fsdp_lint.rules.base import Rule
 from fsdp_lint.screen import confirmed_live_rules
@@ -51,6 +53,7 @@ class Settings:
     diff: bool = False
     cache: Optional[Cache] = None
     launches: LaunchFinder = field(default_factory=LaunchFinder)
+    projects: Optional[ProjectIndex] = None
     _rules: Dict[tuple, List[Type[Rule]]] = field(default_factory=dict, repr=False)
 
     def rules_for(self, path: str) -> List[Type[Rule]]:
@@ -79,6 +82,13 @@ class Settings:
     def launch_for(self, path: str) -> Optional[Launch]:
         """How the project launches ``path`` when that turns FSDP on (``fsdp_lint.launch``)."""
         return self.launches.for_file(path)
+
+    def project_for(self, path: str):
+        """The project's other files as ``path`` imports them (``fsdp_lint.project``); the
+        summaries are cached beside the results (memory only without a cache)."""
+        if self.projects is None:
+            self.projects = ProjectIndex(self.cache.directory if self.cache is not None else None)
+        return self.projects.view(path)
 
     def unsafe_for(self, path: str) -> bool:
         if self.overrides.unsafe_fixes is not None:
@@ -114,11 +124,12 @@ def process_source(source: SourceFile, settings: Settings, write: bool = True) -
     report = FileReport(path)
     rules = settings.rules_for(path)
     launch = settings.launch_for(path)
+    project = settings.project_for(path)
     try:
         if not (settings.fix or settings.diff):
-            report.diagnostics = _lint_cached(source, rules, settings.cache, launch)
+            report.diagnostics = _lint_cached(source, rules, settings.cache, launch, project)
             return report
-        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path), launch)
+        outcome = fix_text(source.text, path, rules, settings.unsafe_for(path), launch, project)
         report.diagnostics = outcome.diagnostics
         if outcome.text == source.text:
             return report
@@ -164,14 +175,15 @@ def write_fixes(source: SourceFile, report: FileReport, settings: Settings) -> N
     report.new_text = None
 
 
-def _lint_cached(source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None) -> List[Diagnostic]:
-    if cache is None or not wanted_rules(source.text, rules, launch):
-        return lint_text(source.text, source.path, rules, launch=launch).diagnostics
-    key = cache.key(source.raw, _cache_tags(rules, launch))
+def _lint_cached(source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None,
+                 project=None) -> List[Diagnostic]:
+    if cache is None or not wanted_rules(source.text, rules, launch, project):
+        return lint_text(source.text, source.path, rules, launch=launch, project=project).diagnostics
+    key = cache.key(source.raw, _cache_tags(rules, launch, project, source.text))
     hit = cache.get(key, source.path)
     if hit is not None:
         return hit
-    diagnostics = lint_text(source.text, source.path, rules, launch=launch).diagnostics
+    diagnostics = lint_text(source.text, source.path, rules, launch=launch, project=project).diagnostics
     if not any(d.code == INTERNAL_ERROR[0] for d in diagnostics):
         cache.put(key, diagnostics)
     return diagnostics
@@ -180,15 +192,19 @@ def _lint_cached(source: SourceFile, rules, cache: Optional[Cache], launch: Opti
 def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
     if settings.cache is None or settings.fix or settings.diff:
         return None
-    return settings.cache.key(source.raw, _cache_tags(rules, settings.launch_for(source.path)))
+    return settings.cache.key(
+        source.raw, _cache_tags(rules, settings.launch_for(source.path), settings.project_for(source.path), source.text)
+    )
 
 
-def _cache_tags(rules, launch: Optional[Launch] = None) -> List[str]:
+def _cache_tags(rules, launch: Optional[Launch] = None, project=None, text: str = "") -> List[str]:
     """What a cached answer depends on besides the bytes: the rules (with their target
     torch version), the project's FSDP launch of the file, and whether the gate ran (an
     answer with the gate off is kept apart)."""
     tags = [rule.cache_tag() for rule in rules] + ([] if gate_on() else ["gate-off"])
-    return tags + ([launch.tag()] if launch is not None else [])
+    tags += [launch.tag()] if launch is not None else []
+    project_tag = project.tag(text) if project is not None else ""
+    return tags + ([project_tag] if project_tag else [])
 
 
 def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True) -> Optional[FileReport]:
@@ -197,7 +213,8 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
     without ``ast_stage``, the ``ast`` stage).  A file these stages clear is cached as
     clean, so a warm run skips even them."""
     rules = settings.rules_for(source.path)
-    wanted = wanted_rules(source.text, rules, settings.launch_for(source.path))
+    project = settings.project_for(source.path)
+    wanted = wanted_rules(source.text, rules, settings.launch_for(source.path), project)
     if not wanted and not names_a_topic(source.text, rules):
         return FileReport(source.path)  # names nothing a rule is about: never parsed
     key = _cache_key(source, rules, settings)
@@ -212,7 +229,7 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
         # in which case libcst decides (FSD900, or newer syntax libcst accepts)
         if cpython_syntax_error(source.text) is not None:
             return None
-    elif confirmed_live_rules(source.text, wanted):
+    elif confirmed_live_rules(source.text, wanted, project_kinds(project, source.text)):
         return None
     if key is not None:
         settings.cache.put(key, [])

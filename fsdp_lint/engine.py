@@ -18,7 +18,7 @@ import re
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Type
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -106,16 +106,24 @@ def _factored(strings: List[str], width: int = 10) -> Tuple[Tuple[str, Tuple[str
     return tuple(groups) + tuple((m, (m,)) for m in left)
 
 
-def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None) -> List[Type[Rule]]:
+def project_kinds(project, text: str) -> Dict[str, FrozenSet[str]]:
+    """What the project helpers the file calls do (``ProjectView.gate_kinds``), by the
+    dotted name a call writes; {} without a project."""
+    return project.gate_kinds(text) if project is not None else {}
+
+
+def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None, project=None) -> List[Type[Rule]]:
     """Stage 1: the rules whose text markers all occur in the file (most files contain
-    none of the gate's strings and are settled by them alone).  Every rule with the gate
-    off (``gate_on``)."""
+    none of the gate's strings and are settled by them alone), and those a project helper
+    the file calls concerns (``Rule.project_kinds``, read off the project index).  Every
+    rule with the gate off (``gate_on``)."""
     if not gate_on():
         return list(rules)
+    kinds = frozenset().union(*project_kinds(project, text).values())
     gate = _gate(rules)
-    if gate is not None and not any(key in text and any(m in text for m in group) for key, group in gate):
+    if not kinds and gate is not None and not any(key in text and any(m in text for m in group) for key, group in gate):
         return []
-    return [rule for rule in rules if rule.wanted(text, launch is not None)]
+    return [rule for rule in rules if rule.wanted(text, launch is not None) or not kinds.isdisjoint(rule.project_kinds)]
 
 
 def names_a_topic(text: str, rules: Sequence[Type[Rule]]) -> bool:
@@ -288,29 +296,33 @@ def _slice_from() -> Optional[int]:
     return None
 
 
-def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]], parser=None, launch=None) -> LintResult:
+def lint_text(text: str, filename: str, rules: Sequence[Type[Rule]], parser=None, launch=None,
+              project=None) -> LintResult:
     """``parser``: a stand-in for ``libcst.parse_module`` (same result, same errors); the
     language server passes one that re-parses only the statements an edit changed (its
     texts are parsed whole: no slicing).  ``launch``: how the project launches the file when
-    that turns FSDP on (``fsdp_lint.launch``), None otherwise."""
-    return lint_text_sliced(text, filename, rules, None if parser is not None else _slice_from(), parser, launch)
+    that turns FSDP on (``fsdp_lint.launch``), None otherwise.  ``project``: the project's
+    other files as this one imports them (``fsdp_lint.project.ProjectView``), or None."""
+    return lint_text_sliced(text, filename, rules, None if parser is not None else _slice_from(), parser, launch,
+                            project)
 
 
 def lint_text_sliced(
-    text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int], parser=None, launch=None
+    text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int], parser=None, launch=None,
+    project=None,
 ) -> LintResult:
     """``lint_text`` with the slicing threshold given: texts of at least ``slice_from``
     characters are sliced, None parses every text whole (the tests compare both)."""
     result = LintResult()
     gated = gate_on()
-    active = wanted_rules(text, rules, launch)
+    active = wanted_rules(text, rules, launch, project)
     if not active and not names_a_topic(text, rules):
         return result  # names nothing a rule is about: not parsed, never reported
     sites = None
     if gated:
         tree = parse(text)
         if tree is not None:  # where CPython cannot parse, libcst decides (FSD900, or newer syntax)
-            active, sites = live_rules_and_sites(tree, active)
+            active, sites = live_rules_and_sites(tree, active, project_kinds(project, text))
             if not active:
                 return result  # no selected rule can report anything here: libcst is not needed
     piece = None
@@ -327,6 +339,7 @@ def lint_text_sliced(
     try:
         facts = index_module(module)
         facts.launch = launch
+        facts.project = project
     except RecursionError:
         result.diagnostics.append(
             error_diagnostic(SYNTAX_ERROR, filename, "file too deeply nested to analyse, file not checked")

@@ -72,9 +72,10 @@ def _parses(text: str) -> bool:
     return True
 
 
-def fix_text(text: str, filename: str, rules: Sequence[Type[Rule]], unsafe: bool = False, launch=None) -> FixOutcome:
+def fix_text(text: str, filename: str, rules: Sequence[Type[Rule]], unsafe: bool = False, launch=None,
+             project=None) -> FixOutcome:
     outcome = FixOutcome(text)
-    result: LintResult = lint_text(text, filename, rules, launch=launch)
+    result: LintResult = lint_text(text, filename, rules, launch=launch, project=project)
     outcome.initial = list(result.diagnostics)
     for _ in range(MAX_ROUNDS):
         edits, fixes = _non_overlapping(result.diagnostics, unsafe)
@@ -95,6 +96,6 @@ def fix_text(text: str, filename: str, rules: Sequence[Type[Rule]], unsafe: bool
             break
         outcome.text = candidate
         outcome.applied += fixes
-        result = lint_text(candidate, filename, rules, launch=launch)
+        result = lint_text(candidate, filename, rules, launch=launch, project=project)
     outcome.diagnostics = result.diagnostics
     return outcome

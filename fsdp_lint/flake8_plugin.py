@@ -49,12 +49,13 @@ class Flake8Plugin:
         try:
             rules = _settings().rules_for(self._path())
             launch = _settings().launch_for(self._path())
+            project = _settings().project_for(self._path())
         except ConfigError as exc:
             yield 1, 0, f"FSD902 invalid fsdp-lint configuration: {exc}", type(self)
             return
         text = "".join(self.lines)
         try:
-            diagnostics = lint_text(text, self.filename, rules, launch=launch).diagnostics
+            diagnostics = lint_text(text, self.filename, rules, launch=launch, project=project).diagnostics
         except RecursionError:
             return
         for d in diagnostics:

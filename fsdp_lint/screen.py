@@ -135,7 +135,10 @@ class _Frame:
 class Summary:
     """One walk over a module's ``ast``: what the screens ask."""
 
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, tree: ast.Module, project: Optional[Dict[str, frozenset]] = None) -> None:
+        # what the project helpers this file imports do, by the dotted name a call writes
+        # (``ProjectView.gate_kinds``: the project index's own summaries, not a copy here)
+        self.project: Dict[str, frozenset] = project or {}
         self.identifiers: Set[str] = set()  # names, attributes, imports, defs, parameters (code)
         self.soft: Set[str] = set()  # identifiers also seen in annotations, ``global`` and ``nonlocal``
         self.strings: Set[str] = set()  # str constants
@@ -441,6 +444,10 @@ class Summary:
                 for call in frame.calls:
                     names = self.callee(call)
                     if names.isdisjoint(_WRAPS):
+                        if "shards" in self.project_kinds(call):  # ``fsdp_modules._project_shard``
+                            taken = set(filter(None, (_dotted(a) for a in call.args)))
+                            taken.update(filter(None, (_dotted(k.value) for k in call.keywords)))
+                            found.append((key, call, False, set(self.assigned_to.get(id(call), ())) | taken))
                         continue
                     fsdp1 = not names.isdisjoint(torch_api.FSDP_CLASS)
                     bound = set(self.assigned_to.get(id(call), ()))
@@ -480,6 +487,50 @@ class Summary:
                     found.append((caller, call, False, taken))
                     later.append((caller, taken))
             pending = later
+
+    def project_kinds(self, call: ast.Call) -> frozenset:
+        """What the project helper ``call`` calls does ("collective", "shards", "saves")."""
+        if not self.project:
+            return frozenset()
+        return self.project.get(_dotted(call.func) or "", frozenset())
+
+    def local_helpers(self) -> Dict[str, Set[str]]:
+        """``facts.helpers`` for this file's functions, read wider: by name, what a function
+        may do somewhere in its body ("collective": a call that may be a collective, "saves":
+        ``torch.save``), also through the functions of this file it calls."""
+        found = self._cache.get("local_helpers")
+        if found is None:
+            found = {}
+            every = set().union(*ALWAYS.values(), *WITH_FSDP.values())
+            calls_of: Dict[str, Set[str]] = {}
+            for frame in self.frames.values():
+                if frame.name is None:
+                    continue
+                kinds = found.setdefault(frame.name, set())
+                for call in frame.calls:
+                    names = self.callee(call)
+                    last = _last(call.func)
+                    if last in (torch_api.SUMMON, "state_dict") or last in every or not names.isdisjoint(
+                            _GATHERS | _OPTIM_STATE | _DIST) or (last in GATHERS and self.fsdp2_wraps()):
+                        kinds.add("collective")
+                    if not names.isdisjoint(_SAVES):
+                        kinds.add("saves")
+                    if type(call.func) is ast.Name:
+                        calls_of.setdefault(frame.name, set()).add(call.func.id)
+            for _ in range(3):
+                for name, callees in calls_of.items():
+                    for callee in callees:
+                        found[name] |= found.get(callee, set())
+            self._cache["local_helpers"] = found
+        return found
+
+    def helper_kinds(self, call: ast.Call) -> Set[str]:
+        """What the helper ``call`` calls may do: a project helper's summary, or this
+        file's function of that name (``local_helpers``)."""
+        kinds = set(self.project_kinds(call))
+        if type(call.func) is ast.Name:
+            kinds |= self.local_helpers().get(call.func.id, set())
+        return kinds
 
     def fsdp1_wraps(self) -> bool:
         return any(fsdp1 for _, _, fsdp1, _ in self.wraps())
@@ -833,7 +884,7 @@ def _fsd101(s: Summary) -> Iterator[ast.AST]:
     framework = (s.imports_from("accelerate") and _stale_plugin(s)) or (
         s.imports_from("lightning") and any(i.endswith("ModelParallelStrategy") for i in identifiers)
     )
-    wrapping = {key for key, _, _, _ in s.wraps()}
+    wrapping = {key for key, _, _, _ in s.wraps()}  # with the project's sharding helpers
     if not wrapping and not framework:
         return
     factories = {
@@ -942,6 +993,8 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
         if attr in all_methods and attr in _framework_methods(s, call):
             return True
         if attr in GATHERS and s.fsdp2_wraps():  # ``facts.dtensors``: a DTensor norm or parameter
+            return True
+        if "collective" in s.helper_kinds(call):  # ``facts.helpers.collective_helper``
             return True
         names = s.callee(call)
         return bool(
@@ -1095,11 +1148,13 @@ def _fsd108(s: Summary) -> Iterator[ast.AST]:
     if not wraps and not s.imports_from(torch_api.FSDP_PACKAGE):
         return
     wrapped = set().union(*(names for _, _, _, names in wraps)) | s.fsdp1_annotated()
-    for frame in s.frames.values():
-        if not any(not s.qualnames(c.func).isdisjoint(DISTRIBUTED_SETUP | _WRAPS) for c in frame.calls):
+    wrapping = {key for key, _, _, _ in wraps}
+    for key, frame in s.frames.items():
+        if key not in wrapping and not any(
+                not s.qualnames(c.func).isdisjoint(DISTRIBUTED_SETUP | _WRAPS) for c in frame.calls):
             continue
         for call in frame.calls:
-            if not s.qualnames(call.func).isdisjoint(_SAVES):
+            if not s.qualnames(call.func).isdisjoint(_SAVES) or "saves" in s.helper_kinds(call):
                 yield call
                 continue
             func = call.func
@@ -1144,13 +1199,13 @@ def fires(summary: Summary, rule) -> bool:
     return screen_of is None or next(iter(screen_of(summary)), None) is not None
 
 
-def screen(tree: ast.Module, rules: Iterable[type]) -> List[type]:
+def screen(tree: ast.Module, rules: Iterable[type], project=None) -> List[type]:
     """``live_rules`` without its safety net (the tests call this)."""
-    summary = Summary(tree)
+    summary = Summary(tree, project)
     return [rule for rule in rules if fires(summary, rule)]
 
 
-def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
+def confirmed_live_rules(text: str, rules: Sequence[type], project=None) -> List[type]:
     """The command line's cheap stages after the markers: the compiled-names stage
     (``Summary.confirms``: [] when no rule's topic is named in code) and the screen, from
     one ``ast`` parse.  Text CPython cannot parse keeps every rule (libcst decides)."""
@@ -1158,8 +1213,8 @@ def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
     if tree is None:
         return list(rules)
     try:
-        summary = Summary(tree)
-        if not summary.confirms(rules, text):
+        summary = Summary(tree, project)
+        if not project and not summary.confirms(rules, text):
             return []
         return [rule for rule in rules if fires(summary, rule)]
     except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
@@ -1186,7 +1241,8 @@ class Sites(frozenset):
     complete = True
 
 
-def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> Tuple[List[type], Optional[Sites]]:
+def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type],
+                         project=None) -> Tuple[List[type], Optional[Sites]]:
     """``live_rules``, and the lines where their findings may stand (every candidate site
     of every screened live rule, and the lines the facts read file-wide:
     ``evidence_lines``); None when the screen fails (the slice then keeps what its own
@@ -1195,7 +1251,7 @@ def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> T
     if tree is None:
         return rules, None
     try:
-        summary = Summary(tree)
+        summary = Summary(tree, project)
         live: List[type] = []
         lines: Set[int] = set()
         complete = True

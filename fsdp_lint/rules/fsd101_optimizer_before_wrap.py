@@ -113,9 +113,13 @@ other code with it.
                 if opt.order < site.order and can_follow(opt.ctx, opt.order, site.ctx, site.order):
                     if optimizer.target is None or not used_after(facts, optimizer.target, site.ctx.function, site.order):
                         continue
+                    where = f"line {report.row(site.node)}"
+                    if wrap.elsewhere:
+                        where += (f": `{facts.module.code_for_node(site.node.func)}` shards it, wrapped in "
+                                  f"{wrap.elsewhere}")
                     message = (
                         f"optimizer built from `{optimizer.module}.parameters()` before `{wrapped}` is wrapped by FSDP "
-                        f"(line {report.row(site.node)}) and used afterwards: it steps the old parameters and "
+                        f"({where}) and used afterwards: it steps the old parameters and "
                         "the weights never change; build it after wrapping"
                     )
                 elif (

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from fsdp_lint.facts.collectives import DIST_COLLECTIVES, balanced, framework_call, torch_collective
+from fsdp_lint.facts.collectives import DIST_COLLECTIVES, GATHER_ADVICE, balanced, framework_call, torch_collective
 from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
+from fsdp_lint.facts.helpers import collective_helper
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -34,6 +35,7 @@ class CollectiveOnOneRank(Rule):
     # torch's ``get_state_dict`` comes from ``torch.distributed.checkpoint``; a Fabric call
     # names its method (``lightning.fabric`` in an import is no call)
     seed_names = DIST_COLLECTIVES
+    project_kinds = frozenset({"shards", "collective"})
     needs_met_by_launch = frozenset({"save_model", "save_state", "load_state", "get_state_dict"})
     marker_needs = {
         **dict.fromkeys(("save_model", "save_state", "load_state"), SHOWS_FSDP_TEXT),
@@ -152,17 +154,28 @@ No automatic fix: the gathering call has to move before the rank test.
             if collective is None:
                 words = framework_collective(facts, site)
                 collective = framework_call(words, site.attr) if words else None
+            helper = None
             if collective is None:
-                continue
+                helper = collective_helper(facts, site)
+                if helper is None:
+                    continue
             guard = rank_guard(facts, site.ctx)
             if guard is None:
                 continue
-            if collective.balanced_by and balanced(facts, site, collective.balanced_by):
+            if collective is not None and collective.balanced_by and balanced(facts, site, collective.balanced_by):
                 continue
             test = getattr(guard, "node", guard)  # an ``if``'s Guard, or a one-rank decorator itself
+            if helper is not None:
+                name = facts.module.code_for_node(site.node.func)
+                what = (f"`{name}` runs {helper.collective} at {helper.place(helper.collective_at, report.row)} and "
+                        "is")
+                advice = (f"call `{name}` on every rank and keep only what uses its result under the rank test"
+                          if helper.advice == GATHER_ADVICE else helper.advice)
+            else:
+                what, advice = collective.what, collective.advice
             report(
                 site.node,
-                f"{collective.what} called only under the rank test at line {report.row(test)}: the other ranks "
-                f"never join and the job hangs; {collective.advice}",
+                f"{what} called only under the rank test at line {report.row(test)}: the other ranks "
+                f"never join and the job hangs; {advice}",
                 statement=site.ctx.statement,
             )

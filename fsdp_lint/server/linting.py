@@ -54,6 +54,7 @@ class DocumentLint:
     rules: List[Type[Rule]] = field(default_factory=list)
     unsafe: bool = False
     launch: Optional[object] = None  # the project's FSDP launch of the file (``fsdp_lint.launch``)
+    project: Optional[object] = None  # the project's helpers as the file imports them (``fsdp_lint.project``)
     config_error: Optional[str] = None
     excluded: bool = False
     generation: int = 0  # which reading of the settings it was linted with
@@ -82,11 +83,12 @@ def lint_document(uri: str, path: str, version: Optional[int], text: str, settin
         result.rules = settings.rules_for(path)
         result.unsafe = settings.unsafe_for(path)
         result.launch = settings.launch_for(path)
+        result.project = settings.project_for(path)
     except ConfigError as exc:
         result.config_error = str(exc)
         return result
     try:
-        result.diagnostics = lint_text(text, path, result.rules, parser, result.launch).diagnostics
+        result.diagnostics = lint_text(text, path, result.rules, parser, result.launch, result.project).diagnostics
     except RecursionError:
         result.diagnostics = [
             error_diagnostic(SYNTAX_ERROR, path, "file too deeply nested to analyse, file not checked")
