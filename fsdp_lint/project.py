@@ -79,8 +79,9 @@ EMPTY = ModuleSummary({}, {})
 
 def summarize_text(text: str) -> ModuleSummary:
     """The summary of one file's text (``facts.helpers.summaries`` with lines for nodes)."""
+    exports = {bound: spec for bound, spec in _import_bindings(text) if "." not in bound}
     if "def " not in text or not _SUMMARY_WORDS.search(text):
-        return EMPTY
+        return ModuleSummary({}, exports)
     try:
         module = cst.parse_module(text)
         facts = index_module(module)
@@ -94,12 +95,9 @@ def summarize_text(text: str) -> ModuleSummary:
                 data[key] = positions(node).start.line if node is not None else None
             data["file"] = ""
             functions[name] = data
-        exports = {name: spec for name, spec in facts.imports.relative.items() if spec}
-        for name, spec in facts.imports.bound_names().items():
-            exports.setdefault(name, spec)
         return ModuleSummary(functions, exports)
     except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): no summary, never a finding
-        return EMPTY
+        return ModuleSummary({}, exports)
 
 
 def _import_bindings(text: str) -> List[Tuple[str, str]]:

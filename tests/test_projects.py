@@ -1,7 +1,9 @@
-"""FSDP turned on outside the linted file (``fsdp_lint.launch``): multi-file projects under
-``fixtures/projects/`` (an accelerate config and its launch script, a Trainer run by a shell
-script with ``--fsdp``), each with a quiet twin, give the findings of their
-``expected.txt`` from a whole-tree run, a one-file run and flake8 alike."""
+"""FSDP turned on outside the linted file (``fsdp_lint.launch``), and helpers that live in
+another file (``fsdp_lint.project``): multi-file projects under ``fixtures/projects/`` (an
+accelerate config and its launch script, a Trainer run by a shell script with ``--fsdp``, a
+torchtitan-style ``parallelize.py``, raw FSDP with a checkpoint helper module), each with a
+quiet twin, give the findings of their ``expected.txt`` from a whole-tree run, a one-file
+run and flake8 alike."""
 
 import json
 import os
@@ -31,6 +33,14 @@ def _cli(*paths, cwd=ROOT):
     return json.loads(done.stdout)
 
 
+def _entry(project: Path) -> str:
+    """The script a quiet project is run by (its one-file run lints it)."""
+    for name in ("src/train.py", "finetune.py"):
+        if (project / name).is_file():
+            return name
+    return os.path.relpath(next(iter(sorted(project.rglob("train.py")))), project)
+
+
 def _found(records, project: Path):
     return sorted(
         (os.path.relpath((ROOT / r["filename"]).resolve(), project), r["location"]["row"], r["code"]) for r in records
@@ -43,7 +53,7 @@ def test_whole_tree_and_one_file_runs_agree_with_expected(project):
     assert (project.name.endswith("_quiet")) == (not expected), "a firing project and its quiet twin"
     assert _found(_cli(project), project) == expected
     one_file = []
-    for relative in sorted({e[0] for e in expected}) or ["src/train.py" if (project / "src").is_dir() else "finetune.py"]:
+    for relative in sorted({e[0] for e in expected}) or [_entry(project)]:
         one_file += _found(_cli(project / relative), project)
     assert sorted(one_file) == expected
 
@@ -51,9 +61,7 @@ def test_whole_tree_and_one_file_runs_agree_with_expected(project):
 @pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
 def test_flake8_sees_the_launch_too(project):
     pytest.importorskip("flake8")
-    target = next(iter(sorted({e[0] for e in _expected(project)})), None) or (
-        "src/train.py" if (project / "src").is_dir() else "finetune.py"
-    )
+    target = next(iter(sorted({e[0] for e in _expected(project)})), None) or _entry(project)
     done = subprocess.run(
         [sys.executable, "-m", "flake8", "--select", "FSD", "--format", "%(row)d|%(code)s", str(project / target)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -153,10 +153,5 @@ class ImportTable:
     def qualname(self, expr: cst.BaseExpression) -> Optional[str]:
         return self.resolve(dotted_name(expr))
 
-    def bound_names(self) -> Dict[str, str]:
-        """Every name an absolute import binds, to what it names (ambiguous ones left out)."""
-        return {name: bound for name, bound in self._bindings.items()
-                if isinstance(bound, str) and name not in self._local and name not in self._aliases}
-
     def imports_from(self, package: str) -> bool:
         return any(m == package or m.startswith(package + ".") for m in self.imported_modules)
