@@ -29,14 +29,19 @@ file's own facts (``facts.helpers.summaries``, the facts every rule reads).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import warnings
 import os
 import re
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
+from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP
 from fsdp_lint.facts.helper_summary import Helper
 from fsdp_lint.facts.helpers import summaries
 from fsdp_lint.facts.index import index_module
@@ -47,11 +52,16 @@ from fsdp_lint.source import line_starts
 SUMMARY_VERSION = "project-index-1"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
-# a summary can only come from a file naming one of these (``facts.helpers``)
-_SUMMARY_WORDS = re.compile(
-    r"state_dict|summon_full_params|fully_shard|save|barrier|reduce|gather|broadcast|scatter|all_to_all"
-    r"|wait_for_everyone"
+# a summary can only come from a call of one of these (``facts.helpers``): a file without
+# one is not parsed
+_SUMMARY_CALLS = frozenset(
+    {"summon_full_params", "fully_shard", "state_dict", "save", "save_file", "full_tensor", "redistribute"}
+    | DIST_COLLECTIVES | FSDP_OPTIM_STATE | {q.rsplit(".", 1)[-1] for q in LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS}
+    | set().union(*ALWAYS.values(), *WITH_FSDP.values())
 )
+_FRAMEWORK_CALLS = frozenset().union(*ALWAYS.values(), *WITH_FSDP.values())
+_WITH_FSDP_ONLY = frozenset().union(*WITH_FSDP.values()) - frozenset().union(*ALWAYS.values()) - DIST_COLLECTIVES
+_SUMMARY_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_SUMMARY_CALLS)) + r")\s*\(")
 _FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;(]*)", re.M)
 _AT_FIELDS = ("line", "collective_at", "shard_at", "save_at")
@@ -80,7 +90,7 @@ EMPTY = ModuleSummary({}, {})
 def summarize_text(text: str) -> ModuleSummary:
     """The summary of one file's text (``facts.helpers.summaries`` with lines for nodes)."""
     exports = {bound: spec for bound, spec in _import_bindings(text) if "." not in bound}
-    if "def " not in text or not _SUMMARY_WORDS.search(text):
+    if "def " not in text or not _SUMMARY_WORDS.search(text) or not _may_summarize(text):
         return ModuleSummary({}, exports)
     try:
         module = cst.parse_module(text)
@@ -98,6 +108,66 @@ def summarize_text(text: str) -> ModuleSummary:
         return ModuleSummary(functions, exports)
     except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): no summary, never a finding
         return ModuleSummary({}, exports)
+
+
+def _may_summarize(text: str) -> bool:
+    """A cheap ``ast`` look before libcst (``facts.helpers`` asks more): some top-level
+    function calls, on every call (in its body or a ``with`` block, not under an ``if``,
+    loop, ``try`` or short-circuit), one of ``_SUMMARY_CALLS`` (``torch.distributed``'s only
+    in a file naming it, ``state_dict()`` only on one of its parameters, a save only as
+    ``torch.save`` or safetensors' ``save_file``), or another top-level function of the
+    file that does."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+    distributed = "torch.distributed" in text
+    frameworks = "accelerat" in text or "abric" in text or "lightning" in text
+    shows_fsdp = "fsdp" in text.lower()
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    calls: Dict[str, set] = {}
+    found = set()
+    skipped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.If, ast.For, ast.AsyncFor,
+               ast.While, ast.Try, ast.IfExp, ast.BoolOp, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    skipped += tuple(getattr(ast, n) for n in ("TryStar", "Match") if hasattr(ast, n))
+    for name, function in functions.items():
+        args = function.args
+        params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        stack = list(function.body)
+        callees = calls.setdefault(name, set())
+        while stack:
+            node = stack.pop()
+            if isinstance(node, skipped):
+                continue
+            if isinstance(node, ast.Call):
+                func = node.func
+                last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                root = func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                root = root.id if isinstance(root, ast.Name) else None
+                if last == "state_dict":
+                    if root in params:
+                        found.add(name)
+                elif last == "save":
+                    if root == "torch":
+                        found.add(name)
+                elif last in DIST_COLLECTIVES:
+                    if distributed or (last in _FRAMEWORK_CALLS and frameworks):
+                        found.add(name)
+                elif last in _WITH_FSDP_ONLY:
+                    if shows_fsdp:  # ``frameworks.framework_collective``: only where the file shows FSDP
+                        found.add(name)
+                elif last in _SUMMARY_CALLS:
+                    found.add(name)
+                elif isinstance(func, ast.Name) and func.id in functions:
+                    callees.add(func.id)
+            stack.extend(ast.iter_child_nodes(node))
+    for _ in range(3):
+        found |= {name for name, callees in calls.items() if callees & found}
+    return bool(found)
 
 
 def _import_bindings(text: str) -> List[Tuple[str, str]]:
