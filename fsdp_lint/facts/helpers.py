@@ -38,7 +38,7 @@ from fsdp_lint.facts.values import bind_arguments, first_positional
 
 MAX_DEPTH = 3
 SAVES = torch_api.TORCH_SAVE | torch_api.SAFETENSORS_SAVE
-_MAYBE = (cst.IfExp, cst.BooleanOperation, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_MAYBE_NAMES = ("IfExp", "BooleanOperation", "Lambda", "ListComp", "SetComp", "DictComp", "GeneratorExp")
 
 
 def _top_level(facts: ModuleFacts) -> Dict[str, FunctionInfo]:
@@ -68,6 +68,7 @@ def _always_reached(site: CallSite) -> bool:
     statement = ctx.statement
     if isinstance(statement, (cst.If, cst.For, cst.While, cst.Try)) or type(statement).__name__ in ("TryStar", "Match"):
         return False  # in a compound statement's header or body parts not tracked as guards
+    maybe_kinds = tuple(getattr(cst, name) for name in _MAYBE_NAMES)  # libcst stays unloaded until a parse
     stack = [(statement, False)]
     target = site.node
     while stack:
@@ -76,7 +77,7 @@ def _always_reached(site: CallSite) -> bool:
             return not maybe
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             continue
-        maybe = maybe or isinstance(node, _MAYBE)
+        maybe = maybe or isinstance(node, maybe_kinds)
         stack.extend((child, maybe) for child in node.children)
     return False
 
