@@ -24,7 +24,7 @@ from fsdp_lint.engine import (
 )
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
-from fsdp_lint.launch import Launch, LaunchFinder
+from fsdp_lint.launch import Launch, LaunchFinder, launch_from_setting
 from fsdp_lint.project import ProjectIndex
 from fsdp_lint.rules import for_target, select_rules
 from fsdp_lint.rules.base import Rule
@@ -54,6 +54,7 @@ class Settings:
     cache: Optional[Cache] = None
     launches: LaunchFinder = field(default_factory=LaunchFinder)
     projects: Optional[ProjectIndex] = None
+    _stated: Dict[str, tuple] = field(default_factory=dict, repr=False)
     _rules: Dict[tuple, List[Type[Rule]]] = field(default_factory=dict, repr=False)
 
     def rules_for(self, path: str) -> List[Type[Rule]]:
@@ -79,16 +80,42 @@ class Settings:
         state["_rules"] = {}
         return state
 
+    def _stated_launch(self, path: str):
+        """(Launch, Launcher) that ``[tool.fsdp-lint] launch`` states for ``path``'s project, or None."""
+        config = self.finder.for_file(path)
+        if config.launch is None or config.path is None:
+            return None
+        if config.path not in self._stated:
+            launch, launcher, warning = launch_from_setting(config.launch, config.root, config.path)
+            if warning:
+                self.finder.notes.append(warning)
+            self._stated[config.path] = (launch, launcher)
+        return self._stated[config.path]
+
     def launch_for(self, path: str) -> Optional[Launch]:
-        """How the project launches ``path`` when that turns FSDP on (``fsdp_lint.launch``)."""
+        """How the project launches ``path`` when that turns FSDP on (``fsdp_lint.launch``):
+        what ``[tool.fsdp-lint] launch`` states, else what the project's files show."""
+        stated = self._stated_launch(path)
+        if stated is not None:
+            return stated[0]
         return self.launches.for_file(path)
+
+    def launcher_for(self, path: str):
+        """What starts ``path`` when known and it is not an FSDP launch (``launch.Launcher``)."""
+        stated = self._stated_launch(path)
+        if stated is not None:
+            return stated[1]
+        return self.launches.launcher_for(path)
 
     def project_for(self, path: str):
         """The project's other files as ``path`` imports them (``fsdp_lint.project``); the
         summaries are cached beside the results (memory only without a cache)."""
         if self.projects is None:
             self.projects = ProjectIndex(self.cache.directory if self.cache is not None else None)
-        return self.projects.view(path)
+        view = self.projects.view(path)
+        if view is not None:
+            view.launcher = self.launcher_for(path)
+        return view
 
     def unsafe_for(self, path: str) -> bool:
         if self.overrides.unsafe_fixes is not None:

@@ -349,6 +349,9 @@ class ProjectView:
         self.root = root
         self._helpers: Dict[str, Optional[Helper]] = {}
         self._scans: Dict[str, Dict[str, Helper]] = {}
+        # what starts this file when known and not an FSDP launch (``launch.Launcher``):
+        # accelerate's plugin then reads no launcher settings (``facts.frameworks``)
+        self.launcher = None
 
     def helper(self, spec: str) -> Optional[Helper]:
         if spec not in self._helpers:
@@ -384,7 +387,9 @@ class ProjectView:
     def tag(self, text: str) -> str:
         """What a cached result of this file depends on in other files."""
         helpers = self.imported_helpers(text)
-        if not helpers:
+        if not helpers and self.launcher is None:
             return ""
         pieces = sorted(f"{name}={json.dumps(h.to_json(), sort_keys=True)}" for name, h in helpers.items())
+        if self.launcher is not None:
+            pieces.append(f"launcher={self.launcher.name}|{self.launcher.source}")
         return "project=" + hashlib.sha256("\n".join(pieces).encode()).hexdigest()

@@ -866,11 +866,14 @@ def _builds_optimizer(s: Summary, call: ast.Call) -> bool:
 
 def _stale_plugin(s: Summary) -> bool:
     """``frameworks._stale_plugin``: ``FullyShardedDataParallelPlugin(use_orig_params=False)``
-    (a literal False or 0, written as a keyword)."""
+    (a literal False or 0, written as a keyword), or without ``use_orig_params`` (its default
+    then comes from how the project starts the file: ``default_use_orig_params``)."""
     for frame in s.frames.values():
         for call in frame.calls:
             if s.callee(call).isdisjoint(FSDP_PLUGIN):
                 continue
+            if not any(k.arg == "use_orig_params" for k in call.keywords):
+                return True
             for keyword in call.keywords:
                 value = keyword.value.value if type(keyword.value) is ast.Constant else None
                 if keyword.arg == "use_orig_params" and type(value) in (bool, int) and value == 0:

@@ -35,7 +35,7 @@ def _cli(*paths, cwd=ROOT):
 
 def _entry(project: Path) -> str:
     """The script a quiet project is run by (its one-file run lints it)."""
-    for name in ("src/train.py", "finetune.py"):
+    for name in ("src/train.py", "finetune.py", "sft.py"):
         if (project / name).is_file():
             return name
     return os.path.relpath(next(iter(sorted(project.rglob("train.py")))), project)
@@ -142,3 +142,54 @@ def test_no_project_no_launch(tmp_path):
     (tmp_path / "a.py").write_text("")
     if project_root(str(tmp_path / "a.py")) is None:
         assert LaunchFinder().for_file(str(tmp_path / "a.py")) is None
+
+
+PLUGIN_SCRIPT = (
+    "import torch\nfrom accelerate import Accelerator, FullyShardedDataParallelPlugin\n\n\n"
+    "def main(model):\n    plugin = FullyShardedDataParallelPlugin(fsdp_version=1)\n"
+    "    accelerator = Accelerator(fsdp_plugin=plugin)\n"
+    "    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+    "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+)
+
+
+def _codes(root, *args):
+    done = subprocess.run(
+        [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json", *args, "train.py"],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )
+    return done, [r["code"] for r in json.loads(done.stdout or "[]")]
+
+
+def test_the_plugins_use_orig_params_default_follows_the_launch(tmp_path):
+    """accelerate 1.15.0: left out, ``use_orig_params`` is FSDP_USE_ORIG_PARAMS, unset (False)
+    outside ``accelerate launch``, which sets it from its config (default true)."""
+    cases = {
+        "torchrun-script": ({"run.sh": "torchrun --nproc_per_node 2 train.py\n"}, ["FSD101"]),
+        "python-key": ({"pyproject.toml": '[tool.fsdp-lint]\nlaunch = { framework = "python" }\n'}, ["FSD101"]),
+        "accelerate-default": ({"run.sh": "accelerate launch --config_file fsdp.yaml train.py\n",
+                                "fsdp.yaml": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"}, []),
+        "accelerate-false": ({"run.sh": "accelerate launch --config_file fsdp.yaml train.py\n",
+                              "fsdp.yaml": FSDP_YAML.replace("fsdp_version: 2", "fsdp_version: 1")}, ["FSD101"]),
+        "key-config-false": ({"pyproject.toml": '[tool.fsdp-lint]\nlaunch = { framework = "accelerate", config = "c.yaml" }\n',
+                              "c.yaml": FSDP_YAML.replace("fsdp_version: 2", "fsdp_version: 1")}, ["FSD101"]),
+        "unknown": ({}, []),  # ``accelerate launch`` may read the user's own default config
+    }
+    for name, (files, expected) in cases.items():
+        root = _project(tmp_path / name, {"pyproject.toml": "", "train.py": PLUGIN_SCRIPT, **files})
+        assert _codes(root)[1] == expected, name
+
+
+def test_the_launch_key_is_validated_and_a_bad_config_file_is_a_warning(tmp_path):
+    bad = _project(tmp_path / "bad", {"pyproject.toml": '[tool.fsdp-lint]\nlaunch = { framework = "slurm" }\n',
+                                      "train.py": PLUGIN_SCRIPT})
+    done, _ = _codes(bad)
+    assert done.returncode == 2 and "launch.framework" in done.stderr and "accelerate, torchrun, python" in done.stderr
+    for name, extra in (("missing", {}), ("huge", {"c.yaml": FSDP_YAML + "# x\n" * 100000}),
+                        ("binary", {"c.yaml": "distributed_type: FSDP\n\x00"})):
+        root = _project(tmp_path / name, {
+            "pyproject.toml": '[tool.fsdp-lint]\nlaunch = { framework = "accelerate", config = "c.yaml" }\n',
+            "train.py": PLUGIN_SCRIPT, **extra})
+        done, codes = _codes(root)
+        assert done.returncode == 0 and codes == [], name  # the run goes on; the launch is not known
+        assert "c.yaml" in done.stderr and "the launch is not known" in done.stderr, name
