@@ -81,6 +81,14 @@ Collectives:
   project launches it with `--fsdp`;
 - torchtune (0.6.1): `training.gather_cpu_state_dict`, `training.get_full_optimizer_state_dict`
   (`full_tensor()` and a barrier for every parameter).
+A helper that runs one of these on every call (under no `if`, loop or short-circuit in its
+own body), of this file or of another file of the project found through the imports
+(`from trainer.checkpoint import save_ckpt`, relative imports, `src/` layouts, a package's
+`__init__` re-export), is a collective where it is called: `if rank == 0:
+save_ckpt(model, path)` where `save_ckpt` calls `model.state_dict()` on an FSDP1 module, or
+`print(count_params(model))` where `count_params` enters `summon_full_params`; the message
+names the helper's file and line. A helper that gathers only on some path is not known to,
+and is left alone.
 A gathering call on a model that is not sharded yet (rank 0 reads its model before
 `fully_shard`/`FSDP` wraps it later in the same function) is not a collective. Saving
 (`torch.save`, `accelerator.save`, which guards itself) under the rank test is fine.

@@ -46,8 +46,12 @@ a temporary file or folder the process made (`tempfile.NamedTemporaryFile().name
 
 To stay precise the rule looks only at saves in the function that sets up the distributed
 run (the one that calls `init_process_group`, `FSDP(...)` or `fully_shard(...)`, or module
-level code that does): a helper such as `save_checkpoint(model, path)` may be called under a
-rank test elsewhere. It does not flag distributed checkpointing
+level code that does, or shards through a helper): a save inside a helper such as
+`save_checkpoint(model, path)` may be called under a rank test elsewhere, so the helper's
+*call* is what is checked there. A helper of this file or of another file of the project
+(found through the imports) that saves with `torch.save`/safetensors on every call (no rank
+test, no early exit, a path that is not per rank in it) is flagged where that function
+calls it on every rank, to the path it passes (or its own). It does not flag distributed checkpointing
 (`torch.distributed.checkpoint.save`, `dcp.save`: every rank must call it),
 `save_pretrained(..., is_main_process=...)` (transformers writes only where it is true),
 `tokenizer.save_pretrained` / `config.save_pretrained` (small identical text files; racy in
