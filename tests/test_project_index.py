@@ -139,3 +139,23 @@ def test_the_language_server_sees_the_project_too():
     expected = [(int(line.split(":")[1].split()[0]), line.split()[1])
                 for line in (project / "expected.txt").read_text().splitlines() if line.startswith("src/train.py")]
     assert [(d.location.row, d.code) for d in lint.diagnostics] == expected
+
+
+def test_rules_reading_fsdp2_wraps_see_a_project_helper_that_shards(tmp_path):
+    root = _project(tmp_path, {
+        "pyproject.toml": "",
+        "parallel.py": "from torch.distributed.fsdp import fully_shard\n\n\n"
+                       "def shard(model, mesh):\n    for block in model.blocks:\n        fully_shard(block, mesh=mesh)\n"
+                       "    fully_shard(model, mesh=mesh)\n",
+        "train.py": "import copy\n\nfrom parallel import shard\n\n\n"
+                    "def main(model, mesh):\n    shard(model, mesh)\n    model.bfloat16()\n    return copy.deepcopy(model)\n",
+    })
+    done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
+                           "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
+    records = json.loads(done.stdout)
+    assert [(r["location"]["row"], r["code"]) for r in records] == [(8, "FSD107"), (9, "FSD111")]
+    assert all("sharded in parallel.py:7" in r["message"] for r in records)
+    (root / "parallel.py").write_text("def shard(model, mesh):\n    return model\n")  # shards nothing: quiet
+    done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
+                           "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert json.loads(done.stdout) == []

@@ -215,6 +215,12 @@ def _through_helpers(facts: ModuleFacts, targets, fsdp2_wraps: List[FsdpWrap], f
             pending.append((inner, outer, depth + 1))
 
 
+def wrap_line(wrap: FsdpWrap, row) -> str:
+    """Where a wrap is, for messages: ``line 9``, or for a project helper of another file
+    that shards, ``line 9, sharded in parallelize.py:42``."""
+    return f"line {row(wrap.site.node)}" + (f", sharded in {wrap.elsewhere}" if wrap.elsewhere else "")
+
+
 def fsdp_modules(facts: ModuleFacts) -> FsdpModules:
     return facts.cached("fsdp_modules", _compute)
 
