@@ -158,6 +158,9 @@ class Summary:
         self.annotated: Dict[str, List[ast.expr]] = {}
         self.imported: Dict[str, Set[str]] = {}  # name -> qualified names absolute imports bind to it
         self.aliased: Dict[str, List[ast.expr]] = {}  # plain name -> dotted values assigned to it
+        # lines of dict displays with an "fsdp"/"fsdp_config"/"fsdp_plugin"/"strategy" key
+        # (``frameworks._dict_turns_fsdp_on``: a dict passed as ``**args``)
+        self.fsdp_dict_lines: Set[int] = set()
         self.call_values: Dict[str, List[ast.Call]] = {}  # dotted name -> calls whose value it is bound to
         self._qualnames: Dict[str, Set[str]] = {}
         self._callees: Dict[int, Set[str]] = {}
@@ -225,6 +228,10 @@ class Summary:
                 continue
             if kind is ast.Expr and type(node.value) is ast.Call:
                 self.bare.add(id(node.value))
+            if kind is ast.Dict and any(
+                    type(k) is ast.Constant and k.value in ("fsdp", "fsdp_config", "fsdp_plugin", "strategy")
+                    for k in node.keys):
+                self.fsdp_dict_lines.add(node.lineno)
             if kind is ast.If:
                 inner = guards + (node.test,)
                 _block(node.orelse, key, inner, push)
@@ -1293,6 +1300,7 @@ def evidence_lines(summary: Summary) -> Set[int]:
     found = {call.lineno for _, call, _, _ in summary.wraps()}
     for name, hints in summary.annotated.items():
         found.update(h.lineno for h in hints if not summary.qualnames(h).isdisjoint(torch_api.FSDP_CLASS))
+    found.update(summary.fsdp_dict_lines)
     for frame in summary.frames.values():
         for call in frame.calls:
             names = summary.callee(call)

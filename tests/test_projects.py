@@ -193,3 +193,35 @@ def test_the_launch_key_is_validated_and_a_bad_config_file_is_a_warning(tmp_path
         done, codes = _codes(root)
         assert done.returncode == 0 and codes == [], name  # the run goes on; the launch is not known
         assert "c.yaml" in done.stderr and "the launch is not known" in done.stderr, name
+
+
+TRAINER_KWARGS = '''from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+
+def main(dataset):
+    {args}
+    training_args = TrainingArguments(**args)
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+    trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
+    trainer.train()
+    if trainer.is_world_process_zero():
+        trainer.save_model(training_args.output_dir)
+'''
+
+
+@pytest.mark.parametrize("args, expected", [
+    ('args = dict(output_dir="out", fsdp="full_shard auto_wrap", bf16=True)', ["FSD104"]),
+    ('args = {"output_dir": "out", "fsdp": "full_shard", "fsdp_config": {"min_num_params": 1e8}}', ["FSD104"]),
+    ('args = dict(output_dir="out", bf16=True)', []),
+    ('args = {"output_dir": "out", "fsdp": ""}', []),
+])
+def test_a_dict_passed_as_kwargs_turns_fsdp_on(tmp_path, args, expected):
+    """transformers' ``fsdp=``/``fsdp_config=`` in a dict built before ``**``: the Trainer
+    then saves through FSDP, a gather every rank must join."""
+    (tmp_path / "finetune.py").write_text(TRAINER_KWARGS.format(args=args))
+    for gate in ("1", "0"):
+        done = subprocess.run(
+            [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json", "finetune.py"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "FSDP_LINT_GATE": gate},
+        )
+        assert [r["code"] for r in json.loads(done.stdout)] == expected, gate

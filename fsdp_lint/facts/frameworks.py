@@ -28,7 +28,7 @@ from typing import List, Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.dataflow import dict_entries, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.values import keyword_args, literal_bool, literal_string
@@ -124,19 +124,38 @@ def _file_shows_fsdp(facts: ModuleFacts) -> bool:
             return True
         for arg in site.node.args:
             keyword = arg.keyword.value if arg.keyword is not None else ""
-            if keyword in ("fsdp_plugin", "fsdp_config"):
+            if _turns_fsdp_on(keyword, arg.value):
                 return True
-            if keyword in ("strategy", "fsdp"):
-                text = literal_string(arg.value) or ""
-                if "fsdp" in text or "full_shard" in text or "shard_grad_op" in text:
-                    return True
+            if arg.star == "**" and _dict_turns_fsdp_on(facts, site, arg.value):
+                return True
+    return False
+
+
+def _turns_fsdp_on(keyword: str, value) -> bool:
+    """``fsdp_plugin=``, ``fsdp_config=``, ``strategy="fsdp"``, ``fsdp="full_shard auto_wrap"``."""
+    if keyword in ("fsdp_plugin", "fsdp_config"):
+        return True
+    if keyword in ("strategy", "fsdp"):
+        text = literal_string(value) or ""
+        return "fsdp" in text or "full_shard" in text or "shard_grad_op" in text
+    return False
+
+
+def _dict_turns_fsdp_on(facts: ModuleFacts, site: CallSite, value) -> bool:
+    """``TrainingArguments(**args)`` where ``args`` is a dict display or ``dict(...)`` built
+    before (``args = dict(fsdp="full_shard auto_wrap", ...)``) that turns FSDP on."""
+    for source in sources(facts, value, site.ctx, site.order).found:
+        entries = dict_entries(facts, source.expr)
+        if entries and any(_turns_fsdp_on(key, item) for key, item in entries.items()):
+            return True
     return False
 
 
 def shows_fsdp(facts: ModuleFacts) -> bool:
     """The file configures FSDP for its framework: a torch FSDP import, an accelerate
     ``FullyShardedDataParallelPlugin``/``fsdp_plugin=``, a Lightning ``FSDPStrategy`` or
-    ``strategy="fsdp..."``, a transformers ``fsdp=``/``fsdp_config=`` argument; or the
+    ``strategy="fsdp..."``, a transformers ``fsdp=``/``fsdp_config=`` argument (also in a
+    dict display or ``dict(...)`` passed as ``**args``); or the
     project launches it with FSDP (``facts.launch``: an accelerate config, ``--fsdp``)."""
     return facts.cached("shows_fsdp", _shows_fsdp)
 
