@@ -242,9 +242,9 @@ def _without_sites(monkeypatch):
     real = engine.live_rules_and_sites
     calls = []
 
-    def without(tree, rules):
+    def without(tree, rules, project=None):
         calls.append(tree)
-        return real(tree, rules)[0], None
+        return real(tree, rules, project)[0], None
 
     monkeypatch.setattr(engine, "live_rules_and_sites", without)
     return calls
