@@ -35,6 +35,7 @@ import json
 import warnings
 import os
 import re
+import time
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
@@ -52,6 +53,7 @@ from fsdp_lint.source import line_starts
 SUMMARY_VERSION = "project-index-1"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
+MEMO_SECONDS = 5.0
 # a summary can only come from a call of one of these (``facts.helpers``): a file without
 # one is not parsed
 _SUMMARY_CALLS = frozenset(
@@ -207,6 +209,7 @@ class ProjectIndex:
         self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
         self._exists: Dict[str, bool] = {}
         self._packages: Dict[str, str] = {}
+        self._since = time.monotonic()  # folders and files looked up are kept ``MEMO_SECONDS``
 
     def __getstate__(self):  # workers start with empty memories
         return {"cache_dir": self.cache_dir}
@@ -215,6 +218,12 @@ class ProjectIndex:
         self.__init__(state.get("cache_dir"))
 
     def view(self, path: str) -> Optional["ProjectView"]:
+        now = time.monotonic()
+        if now - self._since > MEMO_SECONDS:  # a long-lived index (the language server) sees new files
+            self._roots.clear()
+            self._exists.clear()
+            self._packages.clear()
+            self._since = now
         path = os.path.abspath(path)
         folder = os.path.dirname(path)
         if folder not in self._roots:
