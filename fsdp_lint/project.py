@@ -56,14 +56,30 @@ MAX_REEXPORT_DEPTH = 3
 MEMO_SECONDS = 5.0
 # a summary can only come from a call of one of these (``facts.helpers``): a file without
 # one is not parsed
+_FRAMEWORK_CALLS = frozenset().union(*ALWAYS.values(), *WITH_FSDP.values())
 _SUMMARY_CALLS = frozenset(
     {"summon_full_params", "fully_shard", "state_dict", "save", "save_file", "full_tensor", "redistribute"}
     | DIST_COLLECTIVES | FSDP_OPTIM_STATE | {q.rsplit(".", 1)[-1] for q in LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS}
     | set().union(*ALWAYS.values(), *WITH_FSDP.values())
 )
-_FRAMEWORK_CALLS = frozenset().union(*ALWAYS.values(), *WITH_FSDP.values())
 _WITH_FSDP_ONLY = frozenset().union(*WITH_FSDP.values()) - frozenset().union(*ALWAYS.values()) - DIST_COLLECTIVES
-_SUMMARY_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_SUMMARY_CALLS)) + r")\s*\(")
+_GATHER_WORDS = re.compile(
+    r"summon_full_params|fully_shard|\.state_dict\(\s*\)|torch\.save\s*\(|save_file\s*\(|\.full_tensor\(|"
+    r"\.redistribute\(|" + "|".join(sorted(n for n in _SUMMARY_CALLS if n.endswith("state_dict") and n != "state_dict"))
+)
+_DIST_WORDS = re.compile(r"\b(?:" + "|".join(sorted(DIST_COLLECTIVES)) + r")\s*\(")
+_FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r")\s*\(")
+
+
+def _may_have_summary(text: str) -> bool:
+    """The text has a call a summary can come from (``_may_summarize`` then looks closer)."""
+    if _GATHER_WORDS.search(text):
+        return True
+    if "torch.distributed" in text and _DIST_WORDS.search(text):
+        return True
+    return ("accelerat" in text or "abric" in text or "lightning" in text) and bool(_FRAMEWORK_WORDS.search(text))
+
+
 _FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;(]*)", re.M)
 _AT_FIELDS = ("line", "collective_at", "shard_at", "save_at")
@@ -92,7 +108,7 @@ EMPTY = ModuleSummary({}, {})
 def summarize_text(text: str) -> ModuleSummary:
     """The summary of one file's text (``facts.helpers.summaries`` with lines for nodes)."""
     exports = {bound: spec for bound, spec in _import_bindings(text) if "." not in bound}
-    if "def " not in text or not _SUMMARY_WORDS.search(text) or not _may_summarize(text):
+    if "def " not in text or not _may_have_summary(text) or not _may_summarize(text):
         return ModuleSummary({}, exports)
     try:
         module = cst.parse_module(text)
@@ -209,6 +225,7 @@ class ProjectIndex:
         self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
         self._exists: Dict[str, bool] = {}
         self._packages: Dict[str, str] = {}
+        self._modules: Dict[Tuple[str, str, str], Optional[str]] = {}
         self._since = time.monotonic()  # folders and files looked up are kept ``MEMO_SECONDS``
 
     def __getstate__(self):  # workers start with empty memories
@@ -223,6 +240,7 @@ class ProjectIndex:
             self._roots.clear()
             self._exists.clear()
             self._packages.clear()
+            self._modules.clear()
             self._since = now
         path = os.path.abspath(path)
         folder = os.path.dirname(path)
@@ -299,6 +317,12 @@ class ProjectIndex:
 
     def module_file(self, importer: str, root: str, module: str) -> Optional[str]:
         """The project file of ``module`` (dotted, leading dots relative to ``importer``)."""
+        key = (os.path.dirname(importer), root, module)
+        if key not in self._modules:
+            self._modules[key] = self._module_file(importer, root, module)
+        return self._modules[key]
+
+    def _module_file(self, importer: str, root: str, module: str) -> Optional[str]:
         level = len(module) - len(module.lstrip("."))
         parts = [p for p in module[level:].split(".") if p]
         if level:
