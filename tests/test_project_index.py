@@ -159,3 +159,23 @@ def test_rules_reading_fsdp2_wraps_see_a_project_helper_that_shards(tmp_path):
     done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
                            "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
     assert json.loads(done.stdout) == []
+
+
+def test_except_blocks_and_balanced_barriers_are_not_every_call():
+    found = _functions(
+        "def on_error(model, path):\n    try:\n        return None\n    except OSError:\n"
+        "        return model.state_dict()\n\n\n"
+        "def prepare(root):\n    print(root)\n    dist.barrier()\n"
+    )
+    assert set(found) == {"prepare"} and found["prepare"]["balanced_by"] == "torch.distributed.barrier"
+
+
+def test_a_barrier_helper_balanced_by_the_callers_other_branch_is_quiet(tmp_path):
+    helper = FSDP_HEADER + "def prepare(root):\n    print(root)\n    dist.barrier()\n"
+    body = FSDP_HEADER + "from helpers import prepare\n\n\ndef main(net, root):\n    model = FSDP(net)\n" \
+        "    if dist.get_rank() == 0:\n        prepare(root)\n{other}"
+    root = _project(tmp_path / "balanced", {"pyproject.toml": "", "helpers.py": helper,
+                                            "train.py": body.format(other="    else:\n        dist.barrier()\n")})
+    assert _cli("--no-cache", "train.py", cwd=root) == []
+    root = _project(tmp_path / "hang", {"pyproject.toml": "", "helpers.py": helper, "train.py": body.format(other="")})
+    assert _cli("--no-cache", "train.py", cwd=root) == [(12, "FSD104")]

@@ -50,6 +50,7 @@ class Helper:
     save_at: object = None
     save_path: Optional[str] = None
     builds_optimizer: bool = False
+    balanced_by: Optional[str] = None  # a ``torch.distributed`` collective's name: its caller may balance it
     kinds: Tuple[str, ...] = field(default=())
 
     def place(self, at, row) -> str:

@@ -82,6 +82,22 @@ def _always_reached(site: CallSite) -> bool:
     return False
 
 
+def _in_handler(function: cst.FunctionDef, statement) -> bool:
+    """``statement`` stands in an ``except`` (or ``finally``) block of ``function``: it runs
+    when something failed (or always, but after what may have raised), not on every call."""
+    stack = [(function.body, False)]
+    while stack:
+        node, handled = stack.pop()
+        if node is statement:
+            return handled
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not function:
+            continue
+        if isinstance(node, (cst.ExceptHandler, cst.Finally)) or type(node).__name__ == "ExceptStarHandler":
+            handled = True
+        stack.extend((child, handled) for child in node.children)
+    return False
+
+
 def _param(facts: ModuleFacts, info: FunctionInfo, expr, site: CallSite) -> Optional[str]:
     """The parameter of ``info`` that ``expr`` (a node or a dotted name) reads as passed
     (not rebound before ``site``)."""
@@ -120,7 +136,8 @@ class _Summarizer:
     def _compute(self, info: FunctionInfo, depth: int) -> Helper:
         facts = self.facts
         helper = Helper(info.name, info.param_names, line=info.node.name)
-        sites = [s for s in self.by_function.get(id(info.node), ()) if _always_reached(s)]
+        sites = [s for s in self.by_function.get(id(info.node), ())
+                 if _always_reached(s) and not _in_handler(info.node, s.ctx.statement)]
         for site in sites:
             if not helper.collective:
                 self._collective(info, site, helper, depth)
@@ -128,7 +145,7 @@ class _Summarizer:
                 self._save(info, site, helper)
         for wrap in fsdp_modules(facts).fsdp2_wraps:
             if wrap.site.ctx.function is info.node and helper.shards is None and not wrap.elsewhere \
-                    and _always_reached(wrap.site):
+                    and _always_reached(wrap.site) and not _in_handler(info.node, wrap.site.ctx.statement):
                 param = _param(facts, info, wrap.wrapped, wrap.site)
                 if param is not None:
                     inner = wrap.through or wrap
@@ -157,6 +174,7 @@ class _Summarizer:
         found = torch_collective(facts, site)
         if found is not None:
             helper.collective, helper.collective_at, helper.advice = found.what, node, found.advice
+            helper.balanced_by = found.balanced_by
             model = _model_arg(node) if qualname in torch_api.FULL_STATE_DICT_FUNCTIONS else None
             param = _param(facts, info, model, site)
             if param is not None:
@@ -166,7 +184,7 @@ class _Summarizer:
         if qualname.startswith("torch.distributed.") and qualname.count(".") == 2 and name in DIST_COLLECTIVES:
             if not on_subgroup(node, name):
                 helper.collective, helper.collective_at, helper.needs = f"`{name}` (a collective)", node, "fsdp-file"
-                helper.advice = "every rank must call it: move it out of the rank test"
+                helper.advice, helper.balanced_by = "every rank must call it: move it out of the rank test", qualname
             return
         words = framework_collective(facts, site)
         if words:
@@ -179,7 +197,7 @@ class _Summarizer:
                 return
             if inner.model is None:
                 helper.collective, helper.collective_at, helper.advice = inner.collective, inner.collective_at, inner.advice
-                helper.needs = inner.needs
+                helper.needs, helper.balanced_by = inner.needs, inner.balanced_by
                 return
             passed = argument(inner, node, inner.model)
             param = _param(facts, info, passed, site)
@@ -251,8 +269,16 @@ def applies(facts: ModuleFacts, helper: Helper, site: CallSite) -> bool:
 
 
 def collective_helper(facts: ModuleFacts, site: CallSite) -> Optional[Helper]:
-    """The helper ``site`` calls when it runs a collective on every call for what is passed."""
+    """The helper ``site`` calls when it runs a collective on every call for what is passed.
+    A ``torch.distributed`` collective that the calling function also calls itself (the
+    other ranks' side of the download idiom: ``if rank == 0: prepare()`` where ``prepare``
+    ends in a barrier, ``else: dist.barrier()``) may be balanced: left alone."""
     helper = helper_at(facts, site)
     if helper is None or not applies(facts, helper, site):
+        return None
+    if helper.balanced_by and any(
+        other.ctx.function is site.ctx.function and facts.qualname(other.node.func) == helper.balanced_by
+        for other in facts.calls
+    ):
         return None
     return helper
