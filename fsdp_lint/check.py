@@ -26,7 +26,8 @@ from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.noqa import add_noqa
 from fsdp_lint.notebook import NotebookError, cell_of, cell_rows, is_notebook, message_in_cells
-from fsdp_lint.launch import Launch, LaunchFinder
+from fsdp_lint.launch import Launch, LaunchFinder, launch_from_setting
+from fsdp_lint.project import ProjectIndex
 from fsdp_lint.rules import for_target, opt_in_selected, select_rules
 from fsdp_lint.rules.base import Rule
 from fsdp_lint.source import (
@@ -53,6 +54,8 @@ class Settings:
     diff: bool = False
     cache: Optional[Cache] = None
     launches: LaunchFinder = field(default_factory=LaunchFinder)
+    projects: Optional[ProjectIndex] = None
+    _stated: Dict[str, tuple] = field(default_factory=dict, repr=False)
     _rules: Dict[tuple, List[Type[Rule]]] = field(default_factory=dict, repr=False)
 
     def _selection(self, path: str) -> tuple:
@@ -88,9 +91,42 @@ class Settings:
         state["_rules"] = {}
         return state
 
+    def _stated_launch(self, path: str):
+        """(Launch, Launcher) that ``[tool.fsdp-lint] launch`` states for ``path``'s project, or None."""
+        config = self.finder.for_file(path)
+        if config.launch is None or config.path is None:
+            return None
+        if config.path not in self._stated:
+            launch, launcher, warning = launch_from_setting(config.launch, config.root, config.path)
+            if warning:
+                self.finder.notes.append(warning)
+            self._stated[config.path] = (launch, launcher)
+        return self._stated[config.path]
+
     def launch_for(self, path: str) -> Optional[Launch]:
-        """How the project launches ``path`` when that turns FSDP on (``fsdp_lint.launch``)."""
+        """How the project launches ``path`` when that turns FSDP on (``fsdp_lint.launch``):
+        what ``[tool.fsdp-lint] launch`` states, else what the project's files show."""
+        stated = self._stated_launch(path)
+        if stated is not None:
+            return stated[0]
         return self.launches.for_file(path)
+
+    def launcher_for(self, path: str):
+        """What starts ``path`` when known and it is not an FSDP launch (``launch.Launcher``)."""
+        stated = self._stated_launch(path)
+        if stated is not None:
+            return stated[1]
+        return self.launches.launcher_for(path)
+
+    def project_for(self, path: str):
+        """The project's other files as ``path`` imports them (``fsdp_lint.project``); the
+        summaries are cached beside the results (memory only without a cache)."""
+        if self.projects is None:
+            self.projects = ProjectIndex(self.cache.directory if self.cache is not None else None)
+        view = self.projects.view(path)
+        if view is not None:
+            view.launcher = self.launcher_for(path)
+        return view
 
     def unsafe_for(self, path: str) -> bool:
         if self.overrides.unsafe_fixes is not None:
@@ -128,12 +164,14 @@ def process_source(source: SourceFile, settings: Settings, write: bool = True) -
     rules = settings.rules_for(path)
     launch = settings.launch_for(path)
     unused = settings.unused_noqa_for(path)
+    project = settings.project_for(path)
     try:
         if not (settings.fix or settings.diff):
-            report.diagnostics = _lint_cached(source, rules, settings.cache, launch, unused)
+            report.diagnostics = _lint_cached(source, rules, settings.cache, launch, unused, project)
             return report
         outcome = fix_text(
-            source.text, path, rules, settings.unsafe_for(path), launch, _file_gate(source, rules, launch), unused
+            source.text, path, rules, settings.unsafe_for(path), launch=launch,
+            gate=_file_gate(source, rules, launch, project), unused_noqa=unused, project=project,
         )
         report.diagnostics = outcome.diagnostics
         if outcome.text == source.text:
@@ -180,25 +218,30 @@ def write_fixes(source: SourceFile, report: FileReport, settings: Settings) -> N
     report.new_text = None
 
 
-def _file_gate(source: SourceFile, rules, launch: Optional[Launch]) -> FileGate:
+def _file_gate(source: SourceFile, rules, launch: Optional[Launch], project=None) -> FileGate:
     """The file's ``FileGate``, made by the first stage that asks and kept on the source."""
-    gate = FileGate.for_text(source.text, rules, launch, source.gate)
+    gate = FileGate.for_text(source.text, rules, launch, source.gate, project)
     source.gate = gate
     return gate
 
 
 def _lint_cached(
-    source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None, unused: bool = False
+    source: SourceFile, rules, cache: Optional[Cache], launch: Optional[Launch] = None, unused: bool = False,
+    project=None,
 ) -> List[Diagnostic]:
-    gate = _file_gate(source, rules, launch)
+    gate = _file_gate(source, rules, launch, project)
     if cache is None or not gate.wanted:
-        return lint_text(source.text, source.path, rules, launch=launch, gate=gate, unused_noqa=unused).diagnostics
-    key = gate.cache_key or cache.key(source.raw, _cache_tags(rules, launch, unused))
+        return lint_text(
+            source.text, source.path, rules, launch=launch, gate=gate, unused_noqa=unused, project=project
+        ).diagnostics
+    key = gate.cache_key or cache.key(source.raw, _cache_tags(rules, launch, unused, project, source.text))
     if not (gate.cache_missed and key == gate.cache_key):
         hit = cache.get(key, source.path)
         if hit is not None:
             return hit
-    diagnostics = lint_text(source.text, source.path, rules, launch=launch, gate=gate, unused_noqa=unused).diagnostics
+    diagnostics = lint_text(
+        source.text, source.path, rules, launch=launch, gate=gate, unused_noqa=unused, project=project
+    ).diagnostics
     if not any(d.code == INTERNAL_ERROR[0] for d in diagnostics):
         cache.put(key, diagnostics)
     return diagnostics
@@ -207,21 +250,25 @@ def _lint_cached(
 def _cache_key(source: SourceFile, rules, settings: Settings) -> Optional[str]:
     if settings.cache is None or settings.fix or settings.diff:
         return None
-    gate = _file_gate(source, rules, settings.launch_for(source.path))
+    project = settings.project_for(source.path)
+    gate = _file_gate(source, rules, settings.launch_for(source.path), project)
     if gate.cache_key is None:
         gate.cache_key = settings.cache.key(
-            source.raw, _cache_tags(rules, gate.launch, settings.unused_noqa_for(source.path))
+            source.raw, _cache_tags(rules, gate.launch, settings.unused_noqa_for(source.path), project, source.text)
         )
     return gate.cache_key
 
 
-def _cache_tags(rules, launch: Optional[Launch] = None, unused: bool = False) -> List[str]:
+def _cache_tags(rules, launch: Optional[Launch] = None, unused: bool = False, project=None, text: str = "") -> List[str]:
     """What a cached answer depends on besides the bytes: the rules (with their target
     torch version), the project's FSDP launch of the file, whether the gate ran (an
-    answer with the gate off is kept apart) and whether FSD800 runs."""
+    answer with the gate off is kept apart), whether FSD800 runs, and the summaries of
+    the project helpers the file imports (``ProjectView.tag``)."""
     tags = [rule.cache_tag() for rule in rules] + ([] if gate_on() else ["gate-off"])
     tags += [UNUSED_NOQA[0]] if unused else []
-    return tags + ([launch.tag()] if launch is not None else [])
+    tags += [launch.tag()] if launch is not None else []
+    project_tag = project.tag(text) if project is not None else ""
+    return tags + ([project_tag] if project_tag else [])
 
 
 def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True) -> Optional[FileReport]:
@@ -232,7 +279,7 @@ def cheap_answer(source: SourceFile, settings: Settings, ast_stage: bool = True)
     rules = settings.rules_for(source.path)
     if settings.unused_noqa_for(source.path) and has_fsd_noqa(source.text):
         return None  # FSD800 judges the file's noqa comments: the full path answers
-    gate = _file_gate(source, rules, settings.launch_for(source.path))
+    gate = _file_gate(source, rules, settings.launch_for(source.path), settings.project_for(source.path))
     if not gate.topic:
         return FileReport(source.path)  # names nothing a rule is about: never parsed
     key = _cache_key(source, rules, settings)

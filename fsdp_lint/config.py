@@ -2,7 +2,10 @@
 (the nearest ``pyproject.toml`` that has the table wins), validated before use.
 
 Keys: select, extend-select, ignore, per-file-ignores, exclude, extend-exclude,
-unsafe-fixes, target-torch-version.  Command-line options win over the file.
+unsafe-fixes, target-torch-version, launch (how the project's scripts are started:
+``"fsdp"``, or ``{ framework = "accelerate", config = "configs/fsdp.yaml" }``,
+``{ framework = "torchrun" }``; ``fsdp_lint.launch.launch_from_setting``).  Command-line
+options win over the file.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ else:  # pragma: no cover
 
 TABLE = "fsdp-lint"
 LIST_KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude")
-KEYS = LIST_KEYS + ("per-file-ignores", "unsafe-fixes", "target-torch-version")
+KEYS = LIST_KEYS + ("per-file-ignores", "unsafe-fixes", "target-torch-version", "launch")
+LAUNCH_FRAMEWORKS = ("accelerate", "torchrun", "python")
+LAUNCH_KEYS = ("framework", "config", "fsdp")
+LAUNCH_RULE = ('must be "fsdp" or a table such as { framework = "accelerate", config = "configs/fsdp.yaml" } '
+               f"(framework: {', '.join(LAUNCH_FRAMEWORKS)}; keys: {', '.join(LAUNCH_KEYS)})")
 _VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
 
 
@@ -44,6 +51,7 @@ class Config:
     extend_exclude: List[str] = field(default_factory=list)
     unsafe_fixes: Optional[bool] = None
     target_torch_version: Optional[str] = None
+    launch: Optional[object] = None  # "fsdp" or the launch table, validated
 
     def ignores_for(self, path: str) -> List[str]:
         rel = os.path.relpath(os.path.abspath(path), self.root).replace(os.sep, "/")
@@ -80,6 +88,27 @@ def _validate_selectors(path: str, key: str, values) -> List[str]:
     return values
 
 
+def _validate_launch(path: str, value):
+    if value == "fsdp":
+        return value
+    if not isinstance(value, dict) or not value:
+        raise _fail(path, "launch", LAUNCH_RULE)
+    for key, item in value.items():
+        if key not in LAUNCH_KEYS:
+            raise _fail(path, f"launch.{key}", f"unknown key; {LAUNCH_RULE}")
+        if key == "framework" and item not in LAUNCH_FRAMEWORKS:
+            raise _fail(path, "launch.framework", f"must be one of {', '.join(LAUNCH_FRAMEWORKS)}")
+        if key == "config" and (not isinstance(item, str) or not item):
+            raise _fail(path, "launch.config", "must be a path relative to the pyproject.toml's folder")
+        if key == "fsdp" and not isinstance(item, bool):
+            raise _fail(path, "launch.fsdp", "must be true or false")
+    if "framework" not in value:
+        raise _fail(path, "launch", f"needs framework; {LAUNCH_RULE}")
+    if "config" in value and value["framework"] != "accelerate":
+        raise _fail(path, "launch.config", "is an accelerate config: only with framework = \"accelerate\"")
+    return dict(value)
+
+
 def parse_table(path: str, table: dict, root: str) -> Config:
     config = Config(path=path, root=root)
     for key, value in table.items():
@@ -103,6 +132,8 @@ def parse_table(path: str, table: dict, root: str) -> Config:
             if not isinstance(value, bool):
                 raise _fail(path, key, "must be true or false")
             config.unsafe_fixes = value
+        elif key == "launch":
+            config.launch = _validate_launch(path, value)
         elif key == "target-torch-version":
             try:
                 config.target_torch_version = check_version(value)

@@ -18,7 +18,7 @@ import re
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Type
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -113,16 +113,24 @@ def _factored(strings: List[str], width: int = 10) -> Tuple[Tuple[str, Tuple[str
     return tuple(groups) + tuple((m, (m,)) for m in left)
 
 
-def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None) -> List[Type[Rule]]:
+def project_kinds(project, text: str) -> Dict[str, FrozenSet[str]]:
+    """What the project helpers the file calls do (``ProjectView.gate_kinds``), by the
+    dotted name a call writes; {} without a project."""
+    return project.gate_kinds(text) if project is not None else {}
+
+
+def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None, project=None) -> List[Type[Rule]]:
     """Stage 1: the rules whose text markers all occur in the file (most files contain
-    none of the gate's strings and are settled by them alone).  Every rule with the gate
-    off (``gate_on``)."""
+    none of the gate's strings and are settled by them alone), and those a project helper
+    the file calls concerns (``Rule.project_kinds``, read off the project index).  Every
+    rule with the gate off (``gate_on``)."""
     if not gate_on():
         return list(rules)
+    kinds = frozenset().union(*project_kinds(project, text).values())
     gate = _gate(rules)
-    if gate is not None and not any(key in text and any(m in text for m in group) for key, group in gate):
+    if not kinds and gate is not None and not any(key in text and any(m in text for m in group) for key, group in gate):
         return []
-    return [rule for rule in rules if rule.wanted(text, launch is not None)]
+    return [rule for rule in rules if rule.wanted(text, launch is not None) or not kinds.isdisjoint(rule.project_kinds)]
 
 
 def names_a_topic(text: str, rules: Sequence[Type[Rule]]) -> bool:
@@ -143,29 +151,39 @@ class FileGate:
     cache key with whether it was already looked up.  ``for_text`` hands back a gate only
     for the very text, rules and launch it was made for."""
 
-    def __init__(self, text: str, rules: Sequence[Type[Rule]], launch=None, tree: Optional[ast.Module] = None) -> None:
+    def __init__(
+        self, text: str, rules: Sequence[Type[Rule]], launch=None, tree: Optional[ast.Module] = None, project=None
+    ) -> None:
         self.text = text
         self._tree = tree  # the caller's ``ast`` of ``text`` (flake8 hands one over)
         self.rules = list(rules)
         self.launch = launch
+        self.project = project  # ``fsdp_lint.project.ProjectView`` or None
+        self._project_sent = False  # unpickled in a worker: the worker's view stands in
         self.gated = gate_on()
-        self.wanted = wanted_rules(text, self.rules, launch)
+        self.wanted = wanted_rules(text, self.rules, launch, project)
         self._topic: Optional[bool] = None
         self._screening: Optional[Screening] = None
         self.cache_key: Optional[str] = None
         self.cache_missed = False  # the cache was asked for ``cache_key`` and had nothing
 
     @classmethod
-    def for_text(cls, text: str, rules: Sequence[Type[Rule]], launch=None, known: Optional["FileGate"] = None) -> "FileGate":
+    def for_text(
+        cls, text: str, rules: Sequence[Type[Rule]], launch=None, known: Optional["FileGate"] = None, project=None
+    ) -> "FileGate":
         rules = list(rules)
-        if known is not None and known.text is text and known.launch == launch:
+        if known is not None and known.text is text and known.launch == launch and (
+            known.project is project or known._project_sent
+        ):
+            if known._project_sent:
+                known.project, known._project_sent = project, False
             if known.rules == rules:
                 return known
             if known.rules == [rule.code for rule in rules]:  # sent to a worker: rebind the codes
                 by_code = {rule.code: rule for rule in rules}
                 known.rules, known.wanted = rules, [by_code[code] for code in known.wanted]
                 return known
-        return cls(text, rules, launch)
+        return cls(text, rules, launch, project=project)
 
     @property
     def topic(self) -> bool:
@@ -177,14 +195,15 @@ class FileGate:
     @property
     def screening(self) -> Screening:
         if self._screening is None:
-            self._screening = Screening(self.text, self.wanted, self._tree)
+            self._screening = Screening(self.text, self.wanted, self._tree, project_kinds(self.project, self.text))
         return self._screening
 
     def __getstate__(self):
         # a worker gets the markers' answer and the cache key, not the main process's trees
         # (and the rules by code: a worker's rule classes are its own, ``Settings.rules_for``)
         state = dict(self.__dict__)
-        state["_screening"] = state["_tree"] = None
+        state["_screening"] = state["_tree"] = state["project"] = None
+        state["_project_sent"] = self.project is not None
         state["rules"] = [rule.code for rule in self.rules]
         state["wanted"] = [rule.code for rule in self.wanted]
         return state
@@ -351,16 +370,18 @@ def _slice_from() -> Optional[int]:
 
 def lint_text(
     text: str, filename: str, rules: Sequence[Type[Rule]], parser=None, launch=None, gate: Optional[FileGate] = None,
-    unused_noqa: bool = False,
+    unused_noqa: bool = False, project=None,
 ) -> LintResult:
     """``parser``: a stand-in for ``libcst.parse_module`` (same result, same errors); the
     language server passes one that re-parses only the statements an edit changed (its
     texts are parsed whole: no slicing).  ``launch``: how the project launches the file when
     that turns FSDP on (``fsdp_lint.launch``), None otherwise.  ``gate``: the text's
     ``FileGate`` when an earlier stage made one (its answers are not computed again).
-    ``unused_noqa``: also report FSD800 (noqa codes of ``rules`` that suppressed nothing)."""
+    ``unused_noqa``: also report FSD800 (noqa codes of ``rules`` that suppressed nothing).
+    ``project``: the project's other files as this one imports them
+    (``fsdp_lint.project.ProjectView``), or None."""
     result = lint_text_sliced(
-        text, filename, rules, None if parser is not None else _slice_from(), parser, launch, gate
+        text, filename, rules, None if parser is not None else _slice_from(), parser, launch, gate, project
     )
     if unused_noqa:
         result.diagnostics.extend(unused_noqa_diagnostics(text, filename, rules, result))
@@ -442,12 +463,12 @@ def unused_noqa_diagnostics(text: str, filename: str, rules: Sequence[Type[Rule]
 
 def lint_text_sliced(
     text: str, filename: str, rules: Sequence[Type[Rule]], slice_from: Optional[int], parser=None, launch=None,
-    gate: Optional[FileGate] = None,
+    gate: Optional[FileGate] = None, project=None,
 ) -> LintResult:
     """``lint_text`` with the slicing threshold given: texts of at least ``slice_from``
     characters are sliced, None parses every text whole (the tests compare both)."""
     result = LintResult()
-    gate = FileGate.for_text(text, rules, launch, gate)
+    gate = FileGate.for_text(text, rules, launch, gate, project)
     gated = gate.gated
     active = gate.wanted
     if not gate.topic:
@@ -475,6 +496,7 @@ def lint_text_sliced(
     try:
         facts = index_module(module)
         facts.launch = launch
+        facts.project = project
     except RecursionError:
         result.diagnostics.append(
             error_diagnostic(SYNTAX_ERROR, filename, "file too deeply nested to analyse, file not checked")

@@ -74,10 +74,12 @@ def _parses(text: str) -> bool:
 
 def fix_text(
     text: str, filename: str, rules: Sequence[Type[Rule]], unsafe: bool = False, launch=None, gate=None,
-    unused_noqa: bool = False,
+    unused_noqa: bool = False, project=None,
 ) -> FixOutcome:
     outcome = FixOutcome(text)
-    result: LintResult = lint_text(text, filename, rules, launch=launch, gate=gate, unused_noqa=unused_noqa)
+    result: LintResult = lint_text(
+        text, filename, rules, launch=launch, gate=gate, unused_noqa=unused_noqa, project=project
+    )
     outcome.initial = list(result.diagnostics)
     for _ in range(MAX_ROUNDS):
         edits, fixes = _non_overlapping(result.diagnostics, unsafe)
@@ -98,6 +100,6 @@ def fix_text(
             break
         outcome.text = candidate
         outcome.applied += fixes
-        result = lint_text(candidate, filename, rules, launch=launch, unused_noqa=unused_noqa)
+        result = lint_text(candidate, filename, rules, launch=launch, unused_noqa=unused_noqa, project=project)
     outcome.diagnostics = result.diagnostics
     return outcome

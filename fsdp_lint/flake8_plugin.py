@@ -51,6 +51,7 @@ class Flake8Plugin:
         try:
             rules = _settings().rules_for(self._path())
             launch = _settings().launch_for(self._path())
+            project = _settings().project_for(self._path())
         except ConfigError as exc:
             yield 1, 0, f"FSD902 invalid fsdp-lint configuration: {exc}", type(self)
             return
@@ -58,8 +59,8 @@ class Flake8Plugin:
         try:
             # flake8's own ``ast`` of these lines serves the screen: the file is parsed by libcst
             # only, and only when a rule can fire
-            gate = FileGate(text, rules, launch, self.tree if isinstance(self.tree, ast.Module) else None)
-            diagnostics = lint_text(text, self.filename, rules, launch=launch, gate=gate).diagnostics
+            gate = FileGate(text, rules, launch, self.tree if isinstance(self.tree, ast.Module) else None, project)
+            diagnostics = lint_text(text, self.filename, rules, launch=launch, gate=gate, project=project).diagnostics
         except RecursionError:
             return
         for d in diagnostics:

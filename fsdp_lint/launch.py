@@ -50,10 +50,23 @@ class Launch:
     offload_params: Optional[bool] = None  # fsdp_offload_params / --fsdp "... offload"
     use_orig_params: Optional[bool] = None
     version: Optional[int] = None  # fsdp_version (accelerate: 1 or 2)
+    # "accelerate" where ``accelerate launch`` turns FSDP on (it then sets the plugin's
+    # environment: ``FSDP_USE_ORIG_PARAMS`` from the config, default true); "" otherwise
+    launcher: str = ""
 
     def tag(self) -> str:
         """What a cached answer depends on."""
-        return f"launch={self.source}|{self.offload_params}|{self.use_orig_params}|{self.version}"
+        return f"launch={self.source}|{self.offload_params}|{self.use_orig_params}|{self.version}|{self.launcher}"
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """What starts a script when that is known and does not turn FSDP on: ``torchrun`` or
+    ``python`` (no ``accelerate launch``: accelerate's plugin reads no launcher settings from
+    the environment), with where that is said."""
+
+    name: str  # "torchrun", "python", "deepspeed", "accelerate"
+    source: str
 
 
 @dataclass
@@ -73,6 +86,7 @@ class ProjectLaunches:
     configs: Dict[str, _Config] = field(default_factory=dict)  # absolute path -> FSDP accelerate config
     scripts: Dict[str, Launch] = field(default_factory=dict)  # absolute script path -> its FSDP launch
     launched_plain: List[str] = field(default_factory=list)  # scripts some command launches without FSDP
+    plain_launchers: Dict[str, Launcher] = field(default_factory=dict)  # script -> its one launcher without FSDP
 
     def for_file(self, path: str) -> Optional[Launch]:
         """A command's launch of this script; else the project's only FSDP config, unless a
@@ -195,12 +209,15 @@ def _launch_in_command(words: List[str], folder: str, root: str, configs: Dict[s
                 config = configs.get(os.path.normpath(os.path.join(base, target)))
                 if config is not None:
                     where = f"{os.path.relpath(config.path, root)}:{config.line} (distributed_type: FSDP, {source})"
-                    launch = Launch(where, config.offload_params, config.use_orig_params, config.version)
+                    launch = Launch(where, config.offload_params, config.use_orig_params, config.version,
+                                    "accelerate")
                     break
         elif name == "--use_fsdp":
             offload = next((_bool(launcher_words[j + 1]) for j, w in enumerate(launcher_words[:-1])
                             if w == "--fsdp_offload_params"), None)
-            launch = Launch(f"{source} (accelerate launch --use_fsdp)", offload)
+            orig = next((_bool(launcher_words[j + 1]) for j, w in enumerate(launcher_words[:-1])
+                         if w == "--fsdp_use_orig_params"), None)
+            launch = Launch(f"{source} (accelerate launch --use_fsdp)", offload, orig, None, "accelerate")
     for i, word in enumerate(script_words):
         name, _, inline = word.partition("=")
         if name == "--fsdp":
@@ -209,6 +226,58 @@ def _launch_in_command(words: List[str], folder: str, root: str, configs: Dict[s
                 offload = "offload" in value.lower()
                 launch = Launch(f"{source} (--fsdp {value!r})", offload)
     return script_path, launch
+
+
+def _launcher_name(words: List[str]) -> str:
+    """``torchrun``/``python``/``deepspeed``/``accelerate`` for a command's first launcher word."""
+    for word in words[:3]:
+        base = os.path.basename(word)
+        if base in ("torchrun", "torch.distributed.run", "torch.distributed.launch"):
+            return "torchrun"
+        if base in ("python", "python3"):
+            return "torchrun" if any(w in ("torch.distributed.run", "torch.distributed.launch") for w in words[:4]) \
+                else "python"
+        if base in ("accelerate", "deepspeed"):
+            return base
+    return ""
+
+
+def launch_from_setting(setting, root: str, pyproject: str) -> Tuple[Optional[Launch], Optional[Launcher], Optional[str]]:
+    """``[tool.fsdp-lint] launch`` (validated by ``config``): (the FSDP launch it states, the
+    launcher it states, a warning).  ``"fsdp"``: FSDP is on, how is not said;
+    ``{ framework = "accelerate", config = "configs/fsdp.yaml" }``: that accelerate config
+    (read as data, bounded: a missing, huge or non-FSDP file is a warning naming it, and the
+    launch is then not known); ``{ framework = "torchrun" }`` / ``"python"``: started
+    without ``accelerate launch``."""
+    where = f"{os.path.relpath(pyproject, root)} [tool.fsdp-lint] launch"
+    if setting == "fsdp":
+        return Launch(where), None, None
+    framework = setting.get("framework")
+    config_path = setting.get("config")
+    if framework in ("torchrun", "python"):
+        return None, Launcher(framework, where), None
+    if config_path is None:
+        if framework == "accelerate" and setting.get("fsdp") is True:
+            return Launch(f"{where} (accelerate, FSDP)", launcher="accelerate"), None, None
+        return None, Launcher(framework, where), None
+    path = os.path.normpath(os.path.join(root, config_path))
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        return None, None, f"{where}: cannot read {config_path}: {exc.strerror or exc}; the launch is not known"
+    if size > MAX_BYTES:
+        return None, None, f"{where}: {config_path} is over {MAX_BYTES // 1024} KiB, not read; the launch is not known"
+    text = _read(path)
+    if text is None:
+        return None, None, f"{where}: cannot read {config_path}; the launch is not known"
+    if "\x00" in text:
+        return None, None, f"{where}: {config_path} is not a text file; the launch is not known"
+    config = read_accelerate_config(path, text)
+    if config is None:
+        return None, Launcher("accelerate", where), (
+            f"{where}: {config_path} has no top-level `distributed_type: FSDP`: FSDP is not turned on by it")
+    source = f"{os.path.relpath(path, root)}:{config.line} (distributed_type: FSDP, {where})"
+    return Launch(source, config.offload_params, config.use_orig_params, config.version, "accelerate"), None, None
 
 
 def read_project(root: str) -> ProjectLaunches:
@@ -249,7 +318,14 @@ def read_project(root: str) -> ProjectLaunches:
             if launch is not None:
                 found.scripts.setdefault(os.path.abspath(script), launch)
             else:
-                found.launched_plain.append(os.path.abspath(script))
+                script = os.path.abspath(script)
+                found.launched_plain.append(script)
+                name = _launcher_name(words)
+                known = found.plain_launchers.get(script)
+                if known is None and script not in found.plain_launchers:
+                    found.plain_launchers[script] = Launcher(name, source) if name else None
+                elif known is not None and known.name != name:
+                    found.plain_launchers[script] = None  # launched two ways: not known
     return found
 
 
@@ -259,11 +335,25 @@ class LaunchFinder:
     def __init__(self) -> None:
         self._projects: Dict[str, Optional[ProjectLaunches]] = {}
 
-    def for_file(self, path: str) -> Optional[Launch]:
+    def _project(self, path: str) -> Optional[ProjectLaunches]:
         root = project_root(path)
         if root is None:
             return None
         if root not in self._projects:
             self._projects[root] = read_project(root)
-        project = self._projects[root]
+        return self._projects[root]
+
+    def for_file(self, path: str) -> Optional[Launch]:
+        project = self._project(path)
         return project.for_file(path) if project is not None else None
+
+    def launcher_for(self, path: str) -> Optional[Launcher]:
+        """The one launcher without FSDP that the project's commands start ``path`` with."""
+        project = self._project(path)
+        if project is None or path_key(path) in project.scripts:
+            return None
+        return project.plain_launchers.get(path_key(path))
+
+
+def path_key(path: str) -> str:
+    return os.path.abspath(path)

@@ -136,7 +136,10 @@ class _Frame:
 class Summary:
     """One walk over a module's ``ast``: what the screens ask."""
 
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, tree: ast.Module, project: Optional[Dict[str, frozenset]] = None) -> None:
+        # what the project helpers this file imports do, by the dotted name a call writes
+        # (``ProjectView.gate_kinds``: the project index's own summaries, not a copy here)
+        self.project: Dict[str, frozenset] = project or {}
         self.identifiers: Set[str] = set()  # names, attributes, imports, defs, parameters (code)
         self.soft: Set[str] = set()  # identifiers also seen in annotations, ``global`` and ``nonlocal``
         self.strings: Set[str] = set()  # str constants
@@ -156,6 +159,9 @@ class Summary:
         self.annotated: Dict[str, List[ast.expr]] = {}
         self.imported: Dict[str, Set[str]] = {}  # name -> qualified names absolute imports bind to it
         self.aliased: Dict[str, List[ast.expr]] = {}  # plain name -> dotted values assigned to it
+        # lines of dict displays with an "fsdp"/"fsdp_config"/"fsdp_plugin"/"strategy" key
+        # (``frameworks._dict_turns_fsdp_on``: a dict passed as ``**args``)
+        self.fsdp_dict_lines: Set[int] = set()
         self.call_values: Dict[str, List[ast.Call]] = {}  # dotted name -> calls whose value it is bound to
         self._qualnames: Dict[str, Set[str]] = {}
         self._callees: Dict[int, Set[str]] = {}
@@ -223,6 +229,10 @@ class Summary:
                 continue
             if kind is ast.Expr and type(node.value) is ast.Call:
                 self.bare.add(id(node.value))
+            if kind is ast.Dict and any(
+                    type(k) is ast.Constant and k.value in ("fsdp", "fsdp_config", "fsdp_plugin", "strategy")
+                    for k in node.keys):
+                self.fsdp_dict_lines.add(node.lineno)
             if kind is ast.If:
                 inner = guards + (node.test,)
                 _block(node.orelse, key, inner, push)
@@ -442,6 +452,10 @@ class Summary:
                 for call in frame.calls:
                     names = self.callee(call)
                     if names.isdisjoint(_WRAPS):
+                        if "shards" in self.project_kinds(call):  # ``fsdp_modules._project_shard``
+                            taken = set(filter(None, (_dotted(a) for a in call.args)))
+                            taken.update(filter(None, (_dotted(k.value) for k in call.keywords)))
+                            found.append((key, call, False, set(self.assigned_to.get(id(call), ())) | taken))
                         continue
                     fsdp1 = not names.isdisjoint(torch_api.FSDP_CLASS)
                     bound = set(self.assigned_to.get(id(call), ()))
@@ -481,6 +495,50 @@ class Summary:
                     found.append((caller, call, False, taken))
                     later.append((caller, taken))
             pending = later
+
+    def project_kinds(self, call: ast.Call) -> frozenset:
+        """What the project helper ``call`` calls does ("collective", "shards", "saves")."""
+        if not self.project:
+            return frozenset()
+        return self.project.get(_dotted(call.func) or "", frozenset())
+
+    def local_helpers(self) -> Dict[str, Set[str]]:
+        """``facts.helpers`` for this file's functions, read wider: by name, what a function
+        may do somewhere in its body ("collective": a call that may be a collective, "saves":
+        ``torch.save``), also through the functions of this file it calls."""
+        found = self._cache.get("local_helpers")
+        if found is None:
+            found = {}
+            every = set().union(*ALWAYS.values(), *WITH_FSDP.values())
+            calls_of: Dict[str, Set[str]] = {}
+            for frame in self.frames.values():
+                if frame.name is None:
+                    continue
+                kinds = found.setdefault(frame.name, set())
+                for call in frame.calls:
+                    names = self.callee(call)
+                    last = _last(call.func)
+                    if last in (torch_api.SUMMON, "state_dict") or last in every or not names.isdisjoint(
+                            _GATHERS | _OPTIM_STATE | _DIST) or (last in GATHERS and self.fsdp2_wraps()):
+                        kinds.add("collective")
+                    if not names.isdisjoint(_SAVES):
+                        kinds.add("saves")
+                    if type(call.func) is ast.Name:
+                        calls_of.setdefault(frame.name, set()).add(call.func.id)
+            for _ in range(3):
+                for name, callees in calls_of.items():
+                    for callee in callees:
+                        found[name] |= found.get(callee, set())
+            self._cache["local_helpers"] = found
+        return found
+
+    def helper_kinds(self, call: ast.Call) -> Set[str]:
+        """What the helper ``call`` calls may do: a project helper's summary, or this
+        file's function of that name (``local_helpers``)."""
+        kinds = set(self.project_kinds(call))
+        if type(call.func) is ast.Name:
+            kinds |= self.local_helpers().get(call.func.id, set())
+        return kinds
 
     def fsdp1_wraps(self) -> bool:
         return any(fsdp1 for _, _, fsdp1, _ in self.wraps())
@@ -816,11 +874,14 @@ def _builds_optimizer(s: Summary, call: ast.Call) -> bool:
 
 def _stale_plugin(s: Summary) -> bool:
     """``frameworks._stale_plugin``: ``FullyShardedDataParallelPlugin(use_orig_params=False)``
-    (a literal False or 0, written as a keyword)."""
+    (a literal False or 0, written as a keyword), or without ``use_orig_params`` (its default
+    then comes from how the project starts the file: ``default_use_orig_params``)."""
     for frame in s.frames.values():
         for call in frame.calls:
             if s.callee(call).isdisjoint(FSDP_PLUGIN):
                 continue
+            if not any(k.arg == "use_orig_params" for k in call.keywords):
+                return True
             for keyword in call.keywords:
                 value = keyword.value.value if type(keyword.value) is ast.Constant else None
                 if keyword.arg == "use_orig_params" and type(value) in (bool, int) and value == 0:
@@ -834,7 +895,7 @@ def _fsd101(s: Summary) -> Iterator[ast.AST]:
     framework = (s.imports_from("accelerate") and _stale_plugin(s)) or (
         s.imports_from("lightning") and any(i.endswith("ModelParallelStrategy") for i in identifiers)
     )
-    wrapping = {key for key, _, _, _ in s.wraps()}
+    wrapping = {key for key, _, _, _ in s.wraps()}  # with the project's sharding helpers
     if not wrapping and not framework:
         return
     factories = {
@@ -943,6 +1004,8 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
         if attr in all_methods and attr in _framework_methods(s, call):
             return True
         if attr in GATHERS and s.fsdp2_wraps():  # ``facts.dtensors``: a DTensor norm or parameter
+            return True
+        if "collective" in s.helper_kinds(call):  # ``facts.helpers.collective_helper``
             return True
         names = s.callee(call)
         return bool(
@@ -1096,11 +1159,13 @@ def _fsd108(s: Summary) -> Iterator[ast.AST]:
     if not wraps and not s.imports_from(torch_api.FSDP_PACKAGE):
         return
     wrapped = set().union(*(names for _, _, _, names in wraps)) | s.fsdp1_annotated()
-    for frame in s.frames.values():
-        if not any(not s.qualnames(c.func).isdisjoint(DISTRIBUTED_SETUP | _WRAPS) for c in frame.calls):
+    wrapping = {key for key, _, _, _ in wraps}
+    for key, frame in s.frames.items():
+        if key not in wrapping and not any(
+                not s.qualnames(c.func).isdisjoint(DISTRIBUTED_SETUP | _WRAPS) for c in frame.calls):
             continue
         for call in frame.calls:
-            if not s.qualnames(call.func).isdisjoint(_SAVES):
+            if not s.qualnames(call.func).isdisjoint(_SAVES) or "saves" in s.helper_kinds(call):
                 yield call
                 continue
             func = call.func
@@ -1145,17 +1210,17 @@ def fires(summary: Summary, rule) -> bool:
     return screen_of is None or next(iter(screen_of(summary)), None) is not None
 
 
-def screen(tree: ast.Module, rules: Iterable[type]) -> List[type]:
+def screen(tree: ast.Module, rules: Iterable[type], project=None) -> List[type]:
     """``live_rules`` without its safety net (the tests call this)."""
-    summary = Summary(tree)
+    summary = Summary(tree, project)
     return [rule for rule in rules if fires(summary, rule)]
 
 
-def confirmed_live_rules(text: str, rules: Sequence[type]) -> List[type]:
+def confirmed_live_rules(text: str, rules: Sequence[type], project=None) -> List[type]:
     """The command line's cheap stages after the markers: the compiled-names stage
     (``Summary.confirms``: [] when no rule's topic is named in code) and the screen, from
     one ``ast`` parse.  Text CPython cannot parse keeps every rule (libcst decides)."""
-    return Screening(text, rules).confirmed_live()
+    return Screening(text, rules, project=project).confirmed_live()
 
 
 class Screening:
@@ -1164,8 +1229,12 @@ class Screening:
     their sites (``engine.FileGate`` holds one per file, so the command line's cheap
     answer and the lint after it share them)."""
 
-    def __init__(self, text: str, rules: Sequence[type], tree: Optional[ast.Module] = None) -> None:
+    def __init__(
+        self, text: str, rules: Sequence[type], tree: Optional[ast.Module] = None,
+        project: Optional[Dict[str, frozenset]] = None,
+    ) -> None:
         self.text = text
+        self.project = project  # ``Summary``'s: what the project helpers the text calls do
         self.rules = list(rules)
         self.tree = tree if tree is not None else parse(text)  # ``tree``: the caller's parse of ``text``
         self._summary: Optional[Summary] = None
@@ -1175,7 +1244,7 @@ class Screening:
     def _summarised(self) -> Optional[Summary]:
         if self._summary is None and not self._failed and self.tree is not None:
             try:
-                self._summary = Summary(self.tree)
+                self._summary = Summary(self.tree, self.project)
             except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
                 self._failed = True
         return self._summary
@@ -1196,7 +1265,8 @@ class Screening:
         if summary is None:
             return list(self.rules) if ast_confirms(self.text, self.rules) else []
         try:
-            if not summary.confirms(self.rules, self.text):
+            # a project helper's call can make a rule fire where the file names none of its topics
+            if not self.project and not summary.confirms(self.rules, self.text):
                 return []
         except Exception:  # noqa: BLE001
             return list(self.rules) if ast_confirms(self.text, self.rules) else []
@@ -1223,7 +1293,8 @@ class Sites(frozenset):
     complete = True
 
 
-def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> Tuple[List[type], Optional[Sites]]:
+def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type],
+                         project=None) -> Tuple[List[type], Optional[Sites]]:
     """``live_rules``, and the lines where their findings may stand (every candidate site
     of every screened live rule, and the lines the facts read file-wide:
     ``evidence_lines``); None when the screen fails (the slice then keeps what its own
@@ -1232,7 +1303,7 @@ def live_rules_and_sites(tree: Optional[ast.Module], rules: Iterable[type]) -> T
     if tree is None:
         return rules, None
     try:
-        summary = Summary(tree)
+        summary = Summary(tree, project)
     except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
         return rules, None
     return _live_and_sites(summary, rules)
@@ -1278,6 +1349,7 @@ def evidence_lines(summary: Summary) -> Set[int]:
     found = {call.lineno for _, call, _, _ in summary.wraps()}
     for name, hints in summary.annotated.items():
         found.update(h.lineno for h in hints if not summary.qualnames(h).isdisjoint(torch_api.FSDP_CLASS))
+    found.update(summary.fsdp_dict_lines)
     for frame in summary.frames.values():
         for call in frame.calls:
             names = summary.callee(call)

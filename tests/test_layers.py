@@ -15,7 +15,7 @@ LAYERS = [
     ["fsdp_lint", "fsdp_lint.lazy_libcst", "fsdp_lint.diagnostics", "fsdp_lint.source", "fsdp_lint.noqa",
      "fsdp_lint.interrupt", "fsdp_lint.notebook", "fsdp_lint.versions"],
     ["fsdp_lint.facts", "fsdp_lint.fixes", "fsdp_lint.positions"],
-    ["fsdp_lint.rules", "fsdp_lint.config", "fsdp_lint.launch"],
+    ["fsdp_lint.rules", "fsdp_lint.config", "fsdp_lint.launch", "fsdp_lint.project"],
     ["fsdp_lint.engine", "fsdp_lint.slicing", "fsdp_lint.screen"],
     ["fsdp_lint.fixer", "fsdp_lint.output"],
     ["fsdp_lint.check", "fsdp_lint.cache", "fsdp_lint.files", "fsdp_lint.baseline"],

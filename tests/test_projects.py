@@ -1,7 +1,9 @@
-"""FSDP turned on outside the linted file (``fsdp_lint.launch``): multi-file projects under
-``fixtures/projects/`` (an accelerate config and its launch script, a Trainer run by a shell
-script with ``--fsdp``), each with a quiet twin, give the findings of their
-``expected.txt`` from a whole-tree run, a one-file run and flake8 alike."""
+"""FSDP turned on outside the linted file (``fsdp_lint.launch``), and helpers that live in
+another file (``fsdp_lint.project``): multi-file projects under ``fixtures/projects/`` (an
+accelerate config and its launch script, a Trainer run by a shell script with ``--fsdp``, a
+torchtitan-style ``parallelize.py``, raw FSDP with a checkpoint helper module), each with a
+quiet twin, give the findings of their ``expected.txt`` from a whole-tree run, a one-file
+run and flake8 alike."""
 
 import json
 import os
@@ -31,6 +33,14 @@ def _cli(*paths, cwd=ROOT):
     return json.loads(done.stdout)
 
 
+def _entry(project: Path) -> str:
+    """The script a quiet project is run by (its one-file run lints it)."""
+    for name in ("src/train.py", "finetune.py", "sft.py"):
+        if (project / name).is_file():
+            return name
+    return os.path.relpath(next(iter(sorted(project.rglob("train.py")))), project)
+
+
 def _found(records, project: Path):
     return sorted(
         (os.path.relpath((ROOT / r["filename"]).resolve(), project), r["location"]["row"], r["code"]) for r in records
@@ -43,7 +53,7 @@ def test_whole_tree_and_one_file_runs_agree_with_expected(project):
     assert (project.name.endswith("_quiet")) == (not expected), "a firing project and its quiet twin"
     assert _found(_cli(project), project) == expected
     one_file = []
-    for relative in sorted({e[0] for e in expected}) or ["src/train.py" if (project / "src").is_dir() else "finetune.py"]:
+    for relative in sorted({e[0] for e in expected}) or [_entry(project)]:
         one_file += _found(_cli(project / relative), project)
     assert sorted(one_file) == expected
 
@@ -51,9 +61,7 @@ def test_whole_tree_and_one_file_runs_agree_with_expected(project):
 @pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
 def test_flake8_sees_the_launch_too(project):
     pytest.importorskip("flake8")
-    target = next(iter(sorted({e[0] for e in _expected(project)})), None) or (
-        "src/train.py" if (project / "src").is_dir() else "finetune.py"
-    )
+    target = next(iter(sorted({e[0] for e in _expected(project)})), None) or _entry(project)
     done = subprocess.run(
         [sys.executable, "-m", "flake8", "--select", "FSD", "--format", "%(row)d|%(code)s", str(project / target)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -134,3 +142,86 @@ def test_no_project_no_launch(tmp_path):
     (tmp_path / "a.py").write_text("")
     if project_root(str(tmp_path / "a.py")) is None:
         assert LaunchFinder().for_file(str(tmp_path / "a.py")) is None
+
+
+PLUGIN_SCRIPT = (
+    "import torch\nfrom accelerate import Accelerator, FullyShardedDataParallelPlugin\n\n\n"
+    "def main(model):\n    plugin = FullyShardedDataParallelPlugin(fsdp_version=1)\n"
+    "    accelerator = Accelerator(fsdp_plugin=plugin)\n"
+    "    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+    "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+)
+
+
+def _codes(root, *args):
+    done = subprocess.run(
+        [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json", *args, "train.py"],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )
+    return done, [r["code"] for r in json.loads(done.stdout or "[]")]
+
+
+def test_the_plugins_use_orig_params_default_follows_the_launch(tmp_path):
+    """accelerate 1.15.0: left out, ``use_orig_params`` is FSDP_USE_ORIG_PARAMS, unset (False)
+    outside ``accelerate launch``, which sets it from its config (default true)."""
+    cases = {
+        "torchrun-script": ({"run.sh": "torchrun --nproc_per_node 2 train.py\n"}, ["FSD101"]),
+        "python-key": ({"pyproject.toml": '[tool.fsdp-lint]\nlaunch = { framework = "python" }\n'}, ["FSD101"]),
+        "accelerate-default": ({"run.sh": "accelerate launch --config_file fsdp.yaml train.py\n",
+                                "fsdp.yaml": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"}, []),
+        "accelerate-false": ({"run.sh": "accelerate launch --config_file fsdp.yaml train.py\n",
+                              "fsdp.yaml": FSDP_YAML.replace("fsdp_version: 2", "fsdp_version: 1")}, ["FSD101"]),
+        "key-config-false": ({"pyproject.toml": '[tool.fsdp-lint]\nlaunch = { framework = "accelerate", config = "c.yaml" }\n',
+                              "c.yaml": FSDP_YAML.replace("fsdp_version: 2", "fsdp_version: 1")}, ["FSD101"]),
+        "unknown": ({}, []),  # ``accelerate launch`` may read the user's own default config
+    }
+    for name, (files, expected) in cases.items():
+        root = _project(tmp_path / name, {"pyproject.toml": "", "train.py": PLUGIN_SCRIPT, **files})
+        assert _codes(root)[1] == expected, name
+
+
+def test_the_launch_key_is_validated_and_a_bad_config_file_is_a_warning(tmp_path):
+    bad = _project(tmp_path / "bad", {"pyproject.toml": '[tool.fsdp-lint]\nlaunch = { framework = "slurm" }\n',
+                                      "train.py": PLUGIN_SCRIPT})
+    done, _ = _codes(bad)
+    assert done.returncode == 2 and "launch.framework" in done.stderr and "accelerate, torchrun, python" in done.stderr
+    for name, extra in (("missing", {}), ("huge", {"c.yaml": FSDP_YAML + "# x\n" * 100000}),
+                        ("binary", {"c.yaml": "distributed_type: FSDP\n\x00"})):
+        root = _project(tmp_path / name, {
+            "pyproject.toml": '[tool.fsdp-lint]\nlaunch = { framework = "accelerate", config = "c.yaml" }\n',
+            "train.py": PLUGIN_SCRIPT, **extra})
+        done, codes = _codes(root)
+        assert done.returncode == 0 and codes == [], name  # the run goes on; the launch is not known
+        assert "c.yaml" in done.stderr and "the launch is not known" in done.stderr, name
+
+
+TRAINER_KWARGS = '''from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+
+def main(dataset):
+    {args}
+    training_args = TrainingArguments(**args)
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+    trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
+    trainer.train()
+    if trainer.is_world_process_zero():
+        trainer.save_model(training_args.output_dir)
+'''
+
+
+@pytest.mark.parametrize("args, expected", [
+    ('args = dict(output_dir="out", fsdp="full_shard auto_wrap", bf16=True)', ["FSD104"]),
+    ('args = {"output_dir": "out", "fsdp": "full_shard", "fsdp_config": {"min_num_params": 1e8}}', ["FSD104"]),
+    ('args = dict(output_dir="out", bf16=True)', []),
+    ('args = {"output_dir": "out", "fsdp": ""}', []),
+])
+def test_a_dict_passed_as_kwargs_turns_fsdp_on(tmp_path, args, expected):
+    """transformers' ``fsdp=``/``fsdp_config=`` in a dict built before ``**``: the Trainer
+    then saves through FSDP, a gather every rank must join."""
+    (tmp_path / "finetune.py").write_text(TRAINER_KWARGS.format(args=args))
+    for gate in ("1", "0"):
+        done = subprocess.run(
+            [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json", "finetune.py"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "FSDP_LINT_GATE": gate},
+        )
+        assert [r["code"] for r in json.loads(done.stdout)] == expected, gate

@@ -171,6 +171,24 @@ def _inside_own_summon(facts: ModuleFacts, model, site: CallSite) -> bool:
     return False
 
 
+def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site: CallSite) -> bool:
+    """``model.state_dict()`` at ``site`` all-gathers: ``model`` is FSDP1-wrapped there (or,
+    where its origin cannot be followed, a name the file binds to an FSDP1 module)."""
+    found = origins(facts, model, site.ctx, site.order)
+    return bool(found.fsdp1 or (not found.complete and not found.wraps and not found.plain
+                                and dotted_name(model) in fsdp_modules(facts).fsdp1))
+
+
+def not_sharded_here(facts: ModuleFacts, model, site: CallSite) -> bool:
+    """``model`` is proven not sharded at ``site`` (sharded later in the function, or every
+    origin followed and none a wrap)."""
+    return _not_sharded_here(facts, model, site)
+
+
+def on_subgroup(call: cst.Call, name: str) -> bool:
+    return _on_subgroup(call, name)
+
+
 def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]:
     node = site.node
     func = node.func
@@ -182,9 +200,7 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
     if site.attr == "state_dict" and isinstance(func, cst.Attribute) and not node.args:
         if _inside_own_summon(facts, func.value, site):
             return None
-        found = origins(facts, func.value, site.ctx, site.order)
-        if found.fsdp1 or (not found.complete and not found.wraps and not found.plain
-                           and dotted_name(func.value) in fsdp_modules(facts).fsdp1):
+        if gathers_full_state_dict(facts, func.value, site):
             return Collective("a full FSDP state dict (an all-gather)")
         return None
     if site.attr in DTENSOR_COLLECTIVES and isinstance(func, cst.Attribute) and not qualname and (

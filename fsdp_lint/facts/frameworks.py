@@ -28,7 +28,7 @@ from typing import List, Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.dataflow import dict_entries, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.values import keyword_args, literal_bool, literal_string
@@ -124,19 +124,38 @@ def _file_shows_fsdp(facts: ModuleFacts) -> bool:
             return True
         for arg in site.node.args:
             keyword = arg.keyword.value if arg.keyword is not None else ""
-            if keyword in ("fsdp_plugin", "fsdp_config"):
+            if _turns_fsdp_on(keyword, arg.value):
                 return True
-            if keyword in ("strategy", "fsdp"):
-                text = literal_string(arg.value) or ""
-                if "fsdp" in text or "full_shard" in text or "shard_grad_op" in text:
-                    return True
+            if arg.star == "**" and _dict_turns_fsdp_on(facts, site, arg.value):
+                return True
+    return False
+
+
+def _turns_fsdp_on(keyword: str, value) -> bool:
+    """``fsdp_plugin=``, ``fsdp_config=``, ``strategy="fsdp"``, ``fsdp="full_shard auto_wrap"``."""
+    if keyword in ("fsdp_plugin", "fsdp_config"):
+        return True
+    if keyword in ("strategy", "fsdp"):
+        text = literal_string(value) or ""
+        return "fsdp" in text or "full_shard" in text or "shard_grad_op" in text
+    return False
+
+
+def _dict_turns_fsdp_on(facts: ModuleFacts, site: CallSite, value) -> bool:
+    """``TrainingArguments(**args)`` where ``args`` is a dict display or ``dict(...)`` built
+    before (``args = dict(fsdp="full_shard auto_wrap", ...)``) that turns FSDP on."""
+    for source in sources(facts, value, site.ctx, site.order).found:
+        entries = dict_entries(facts, source.expr)
+        if entries and any(_turns_fsdp_on(key, item) for key, item in entries.items()):
+            return True
     return False
 
 
 def shows_fsdp(facts: ModuleFacts) -> bool:
     """The file configures FSDP for its framework: a torch FSDP import, an accelerate
     ``FullyShardedDataParallelPlugin``/``fsdp_plugin=``, a Lightning ``FSDPStrategy`` or
-    ``strategy="fsdp..."``, a transformers ``fsdp=``/``fsdp_config=`` argument; or the
+    ``strategy="fsdp..."``, a transformers ``fsdp=``/``fsdp_config=`` argument (also in a
+    dict display or ``dict(...)`` passed as ``**args``); or the
     project launches it with FSDP (``facts.launch``: an accelerate config, ``--fsdp``)."""
     return facts.cached("shows_fsdp", _shows_fsdp)
 
@@ -171,8 +190,11 @@ def accelerate_fsdp1_keeps_stale_optimizer(facts: ModuleFacts) -> Optional[cst.C
 def _stale_plugin(facts: ModuleFacts) -> Optional[cst.Call]:
     """The file's ``FullyShardedDataParallelPlugin(...)`` when it wraps with FSDP1 and
     ``use_orig_params=False`` (accelerate then leaves an optimizer built from the unwrapped
-    model pointing at stale parameters).  Left out, the value comes from the launcher's
-    configuration (``accelerate launch`` defaults to True): not flagged."""
+    model pointing at stale parameters).  Left out, accelerate 1.15.0 reads it from the
+    environment (``utils/dataclasses.py`` l. 1938-1939: ``FSDP_USE_ORIG_PARAMS``, default
+    "False", and ``FSDP_VERSION``, default "1", l. 1831), which ``accelerate launch`` sets
+    from its config or flags (``--fsdp_use_orig_params`` defaults to "true",
+    ``commands/launch.py`` l. 577-583; ``utils/launch.py`` l. 327): ``default_use_orig_params``."""
     for site in facts.calls:
         qualname = facts.qualname(site.node.func) or ""
         if qualname not in FSDP_PLUGIN:
@@ -186,6 +208,26 @@ def _stale_plugin(facts: ModuleFacts) -> Optional[cst.Call]:
         orig = kwargs.get("use_orig_params")
         if orig is not None and literal_bool(orig.value) is False:
             return site.node
+        if orig is None and default_use_orig_params(facts, version is not None) is False:
+            return site.node
+    return None
+
+
+def default_use_orig_params(facts: ModuleFacts, fsdp1_given: bool) -> Optional[bool]:
+    """What a ``FullyShardedDataParallelPlugin`` without ``use_orig_params`` gets, where the
+    project tells how the file is started: from an ``accelerate launch`` with FSDP, its
+    config's ``fsdp_use_orig_params`` (default true; a config of ``fsdp_version: 2`` is no
+    FSDP1); from ``torchrun`` or ``python`` (``[tool.fsdp-lint] launch`` or the project's
+    launch commands), False.  None where it is not known (``accelerate launch`` may read the
+    user's own default config)."""
+    launch = facts.launch
+    if launch is not None:
+        if getattr(launch, "launcher", "") != "accelerate" or (not fsdp1_given and launch.version == 2):
+            return None
+        return launch.use_orig_params if launch.use_orig_params is not None else True
+    launcher = getattr(facts.project, "launcher", None) if facts.project is not None else None
+    if launcher is not None and launcher.name in ("torchrun", "python"):
+        return False
     return None
 
 
@@ -226,12 +268,23 @@ def framework_wraps(facts: ModuleFacts) -> List[FrameworkWrap]:
             continue
         framework = framework_of(facts, func.value, site)
         if plugin is not None and site.attr == "prepare" and framework == "accelerator":
-            found.append(FrameworkWrap(site, plugin, "accelerate's FSDP1 plugin with `use_orig_params=False`"))
+            found.append(FrameworkWrap(site, plugin, _stale_how(facts, plugin)))
         elif strategy is not None and site.attr in ("setup", "setup_module") and framework == "fabric":
             chosen = _fabric_strategy(facts, func.value, site)
             if chosen is not None:
                 found.append(FrameworkWrap(site, chosen, "Lightning's `ModelParallelStrategy` (FSDP2)"))
     return found
+
+
+def _stale_how(facts: ModuleFacts, plugin: cst.Call) -> str:
+    if "use_orig_params" in keyword_args(plugin):
+        return "accelerate's FSDP1 plugin with `use_orig_params=False`"
+    launch = facts.launch
+    if launch is not None:
+        return (f"accelerate's FSDP1 plugin, whose `use_orig_params` left out comes from the launch: False in "
+                f"{launch.source}")
+    return (f"accelerate's FSDP1 plugin, whose `use_orig_params` left out defaults to False outside "
+            f"`accelerate launch` (started by {facts.project.launcher.name}: {facts.project.launcher.source})")
 
 
 def _fabric_strategy(facts: ModuleFacts, receiver, site: CallSite) -> Optional[cst.Call]:

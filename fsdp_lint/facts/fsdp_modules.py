@@ -23,6 +23,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import Source, Sources, calls_of, dict_entries, sources
+from fsdp_lint.facts.helper_summary import argument as helper_argument, project_helper
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import argument_for, function_info, lookup
@@ -43,6 +44,9 @@ class FsdpWrap:
     # the call of an in-file function that shards its parameter in place: the
     # ``fully_shard(param, ...)`` inside it (its arguments are that call's, ``kwargs`` empty)
     through: Optional["FsdpWrap"] = None
+    # the call of a project function of another file that shards its parameter in place
+    # (``facts.helper_summary``): where it shards, ``parallelize.py:42``
+    elsewhere: str = ""
 
     @property
     def row_node(self) -> cst.CSTNode:
@@ -127,6 +131,8 @@ def _compute(facts: ModuleFacts) -> FsdpModules:
         qualname = facts.qualname(site.node.func)
         partial = None
         if qualname not in torch_api.FSDP_CLASS and qualname not in torch_api.FULLY_SHARD:
+            if facts.project is not None and _project_shard(facts, site, targets, fsdp2_wraps, fsdp2, events):
+                continue
             if dotted_name(site.node.func) not in partial_names:
                 continue
             partial = _partial_of_fsdp(facts, site)
@@ -155,6 +161,26 @@ def _compute(facts: ModuleFacts) -> FsdpModules:
 
 
 MAX_HELPER_DEPTH = 3
+
+
+def _project_shard(facts: ModuleFacts, site: CallSite, targets, fsdp2_wraps: List[FsdpWrap], fsdp2: Set[str],
+                   events: List[Binding]) -> bool:
+    """A call of a project function of another file that shards the module passed for one
+    of its parameters with ``fully_shard`` (torchtitan's ``apply_fsdp(model, mesh)`` in
+    ``parallelize.py``): an FSDP2 wrap of that argument, as ``_through_helpers`` makes of
+    this file's own."""
+    helper = project_helper(facts, site.node.func)
+    if helper is None or helper.shards is None:
+        return False
+    passed = dotted_name(helper_argument(helper, site.node, helper.shards))
+    if passed is None:
+        return False
+    wrap = FsdpWrap(site, targets.get(id(site.node)), passed, {}, True,
+                    elsewhere=helper.place(helper.shard_at, None))
+    fsdp2_wraps.append(wrap)
+    fsdp2.update(n for n in (passed, wrap.target) if n is not None)
+    events.append(Binding(passed, site.node, site.ctx, site.order, "event"))
+    return True
 
 
 def _through_helpers(facts: ModuleFacts, targets, fsdp2_wraps: List[FsdpWrap], fsdp2: Set[str], events: List[Binding]) -> None:
@@ -187,6 +213,12 @@ def _through_helpers(facts: ModuleFacts, targets, fsdp2_wraps: List[FsdpWrap], f
             fsdp2.update(n for n in (passed, outer.target) if n is not None)
             events.append(Binding(passed, call, site.ctx, site.order, "event"))
             pending.append((inner, outer, depth + 1))
+
+
+def wrap_line(wrap: FsdpWrap, row) -> str:
+    """Where a wrap is, for messages: ``line 9``, or for a project helper of another file
+    that shards, ``line 9, sharded in parallelize.py:42``."""
+    return f"line {row(wrap.site.node)}" + (f", sharded in {wrap.elsewhere}" if wrap.elsewhere else "")
 
 
 def fsdp_modules(facts: ModuleFacts) -> FsdpModules:

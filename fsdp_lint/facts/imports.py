@@ -49,6 +49,9 @@ class ImportTable:
         self._local: Set[str] = set()
         self._aliases: Dict[str, cst.BaseExpression] = {}
         self.imported_modules: Set[str] = set()  # every module named in an import
+        # names bound by relative imports (the user's own package, ``facts.helper_summary``):
+        # ``from .utils import save`` binds ``save`` to ``.utils.save`` (one dot per level)
+        self.relative: Dict[str, str] = {}
 
     # -- collection (called by the traversal) ---------------------------------
     def _bind(self, name: str, qualname: str) -> None:
@@ -69,8 +72,11 @@ class ImportTable:
                 self._bind(head, head)
 
     def add_import_from(self, node: cst.ImportFrom) -> None:
-        if node.relative or node.module is None:
-            return  # relative imports name the user's own package
+        if node.relative:  # the user's own package: kept apart, never a torch name
+            self._add_relative(node)
+            return
+        if node.module is None:
+            return
         base = module_dotted(node.module)
         self.imported_modules.add(base)
         if not isinstance(node.names, (list, tuple)):
@@ -81,6 +87,33 @@ class ImportTable:
             if alias.asname is not None and hasattr(alias.asname.name, "value"):
                 bound = alias.asname.name.value
             self._bind(bound, f"{base}.{name}")
+
+    def _add_relative(self, node: cst.ImportFrom) -> None:
+        if not isinstance(node.names, (list, tuple)):
+            return
+        base = "." * len(node.relative) + (module_dotted(node.module) if node.module is not None else "")
+        for alias in node.names:
+            name = module_dotted(alias.name)
+            bound = alias.asname.name.value if alias.asname is not None and hasattr(alias.asname.name, "value") else name
+            spec = f"{base}.{name}" if not base.endswith(".") else f"{base}{name}"
+            previous = self.relative.get(bound)
+            self.relative[bound] = spec if previous in (None, spec) else ""
+
+    def project_spec(self, dotted: Optional[str]) -> Optional[str]:
+        """What ``dotted`` names through the imports, relative ones included (``.utils.save``
+        after ``from .utils import save``): where a project helper is looked up."""
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        if head in self._local:
+            return None
+        found = self.resolve(dotted)
+        if found is not None:
+            return found
+        relative = self.relative.get(head) if head not in self._bindings and head not in self._aliases else None
+        if not relative:
+            return None
+        return f"{relative}.{rest}" if rest else relative
 
     def add_local_definition(self, name: str) -> None:
         """A class, function or non-alias assignment binds ``name`` in this module."""

@@ -151,6 +151,9 @@ class ModuleFacts:
     classes: Dict[str, cst.ClassDef] = field(default_factory=dict)
     # how the project launches this file when that turns FSDP on (``fsdp_lint.launch.Launch``)
     launch: Optional[object] = None
+    # the project's other files as this file imports them (``fsdp_lint.project.ProjectView``):
+    # ``helper(spec)`` answers a project function's summary (``facts.helper_summary``)
+    project: Optional[object] = None
     _cache: Dict[str, object] = field(default_factory=dict)
 
     def cached(self, key, compute):

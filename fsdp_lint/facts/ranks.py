@@ -33,7 +33,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, Guard, ModuleFacts
-from fsdp_lint.facts.scopes import module_functions
+from fsdp_lint.facts.scopes import latest_binding, module_functions
 from fsdp_lint.facts.values import literal_string
 
 # ``node_rank`` (every process of a node), ``tp_rank``/``pp_rank`` (a sub-mesh) and
@@ -308,3 +308,31 @@ def restricted_to_some_ranks(facts: ModuleFacts, ctx: Context) -> bool:
         if single_process_branch(test) == guard.branch:
             return True
     return rank_guard(facts, ctx) is not None
+
+
+def per_rank_path(facts: ModuleFacts, site, expr, depth: int = 0) -> bool:
+    """A path written at ``site`` that differs between ranks or processes: it names a rank
+    (``f"ckpt_{rank}.pt"``), is an in-memory buffer, or a temporary file or folder made by
+    this process (``tempfile.NamedTemporaryFile().name``, ``mkstemp()``, ``mkdtemp()``),
+    following local assignments."""
+    if mentions_rank(expr, values_only=True):
+        return True
+    if isinstance(expr, cst.Call):
+        callee = dotted_name(expr.func) or ""
+        if callee.rsplit(".", 1)[-1] in ("BytesIO", "StringIO"):
+            return True
+        if (facts.qualname(expr.func) or "").startswith("tempfile."):
+            return True
+    if depth > 3:
+        return False
+    names = set()
+    for item in value_parts(expr):  # what may flow into the path (not a rank test passed along)
+        if isinstance(item, (cst.Name, cst.Attribute)) and dotted_name(item) is not None:
+            names.add(dotted_name(item))
+            names.add(dotted_name(item).split(".", 1)[0])  # ``tmp.name``: what ``tmp`` is
+    for name in names:
+        latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
+        if latest is not None and latest.ctx.function is site.ctx.function \
+                and per_rank_path(facts, site, latest.value, depth + 1):
+            return True
+    return False

@@ -105,6 +105,10 @@ class Rule:
     # markers of ``marker_needs`` whose need (the text shows FSDP) a launch configuration
     # that turns FSDP on meets as well (``fsdp_lint.launch``)
     needs_met_by_launch: ClassVar[FrozenSet[str]] = frozenset()
+    # what a project helper the file calls does (``facts.helper_summary.kinds_of``) that
+    # makes the rule wanted whatever the markers say: a module sharded by a helper of
+    # another file is sharded for every rule that reads the file's FSDP2 wraps
+    project_kinds: ClassVar[FrozenSet[str]] = frozenset({"shards"})
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}
     paths_on_by_default: ClassVar[FrozenSet[str]] = frozenset()

@@ -28,7 +28,9 @@ Checks for an optimizer built from `m.parameters()` (or from param groups listed
 `m.parameters()`/`m.named_parameters()` first, through a name) before `m` is wrapped by torch FSDP
 (`FSDP(m, ...)`, `FSDP(module=m)`, FSDP2 `fully_shard(m)`, also inside an `if`, or a call
 of a function of this file that runs `fully_shard` on its parameter, torchtitan's
-`apply_fsdp(model)`: FSDP2 shards in place) in the same function and still used after the wrap: called, returned (`return model, optimizer`),
+`apply_fsdp(model)`: FSDP2 shards in place, or a function of another file of the project
+that does, found through the imports: `parallelize_llama(model, mesh)` from
+`parallelize.py`, the message then names where it shards) in the same function and still used after the wrap: called, returned (`return model, optimizer`),
 stored on an object (`self.optimizer = ...`) or passed on (`Trainer(model, optimizer)`);
 and for an optimizer built after wrapping from the unwrapped module object
 (`self.model = FSDP(model)` then `Adam(model.parameters())`). Names are followed through
@@ -41,8 +43,14 @@ other are not an order.
 Through accelerate (1.15.0): `accelerator.prepare(model, optimizer)` with a
 `FullyShardedDataParallelPlugin(use_orig_params=False)` (FSDP1) wraps the model and leaves
 the optimizer's parameters alone (accelerate re-points them for FSDP2 only,
-`accelerator.py` l. 1766); with the plugin's value left to the launcher (`accelerate launch`
-defaults to `True`) nothing is flagged.
+`accelerator.py` l. 1766). Left out, the plugin's `use_orig_params` comes from the
+environment that `accelerate launch` sets (`FSDP_USE_ORIG_PARAMS`: its config's
+`fsdp_use_orig_params`, default `true`); started any other way it is unset and False
+(`utils/dataclasses.py` l. 1938-1939). So a plugin without it is flagged where the project
+says how the file starts: a launch script (`torchrun ... train.py`, `python train.py`),
+`[tool.fsdp-lint] launch = { framework = "torchrun" }`, or an accelerate config with
+`fsdp_use_orig_params: false`; not where that is unknown (`accelerate launch` may read the
+user's own default config).
 Through Lightning Fabric (2.6.6): `fabric.setup(model, optimizer)` / `fabric.setup_module(model)`
 with `ModelParallelStrategy` (FSDP2 through the user's `parallelize_fn`) maps no optimizer
 parameters (`strategies/strategy.py` l. 150-161); with `FSDPStrategy` it wraps with
@@ -113,9 +121,13 @@ other code with it.
                 if opt.order < site.order and can_follow(opt.ctx, opt.order, site.ctx, site.order):
                     if optimizer.target is None or not used_after(facts, optimizer.target, site.ctx.function, site.order):
                         continue
+                    where = f"line {report.row(site.node)}"
+                    if wrap.elsewhere:
+                        where += (f": `{facts.module.code_for_node(site.node.func)}` shards it, wrapped in "
+                                  f"{wrap.elsewhere}")
                     message = (
                         f"optimizer built from `{optimizer.module}.parameters()` before `{wrapped}` is wrapped by FSDP "
-                        f"(line {report.row(site.node)}) and used afterwards: it steps the old parameters and "
+                        f"({where}) and used afterwards: it steps the old parameters and "
                         "the weights never change; build it after wrapping"
                     )
                 elif (

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from fsdp_lint.facts.collectives import DIST_COLLECTIVES, balanced, framework_call, torch_collective
+from fsdp_lint.facts.collectives import DIST_COLLECTIVES, GATHER_ADVICE, balanced, framework_call, torch_collective
 from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
+from fsdp_lint.facts.helpers import collective_helper
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -34,6 +35,7 @@ class CollectiveOnOneRank(Rule):
     # torch's ``get_state_dict`` comes from ``torch.distributed.checkpoint``; a Fabric call
     # names its method (``lightning.fabric`` in an import is no call)
     seed_names = DIST_COLLECTIVES
+    project_kinds = frozenset({"shards", "collective"})
     needs_met_by_launch = frozenset({"save_model", "save_state", "load_state", "get_state_dict"})
     marker_needs = {
         **dict.fromkeys(("save_model", "save_state", "load_state"), SHOWS_FSDP_TEXT),
@@ -75,10 +77,19 @@ Collectives:
 - Lightning (2.6.6): `fabric.save`, `fabric.load`, `fabric.barrier` (each ends in a barrier
   in every multi-process strategy). Lightning's `trainer.save_checkpoint` does too, but is
   not checked: its name alone would make every DeepSpeed file a candidate;
-- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP or the
-  project launches it with `--fsdp`;
+- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP (`fsdp=`,
+  `fsdp_config=`, also in a dict built before `TrainingArguments(**args)`) or the project
+  launches it with `--fsdp`;
 - torchtune (0.6.1): `training.gather_cpu_state_dict`, `training.get_full_optimizer_state_dict`
   (`full_tensor()` and a barrier for every parameter).
+A helper that runs one of these on every call (under no `if`, loop or short-circuit in its
+own body), of this file or of another file of the project found through the imports
+(`from trainer.checkpoint import save_ckpt`, relative imports, `src/` layouts, a package's
+`__init__` re-export), is a collective where it is called: `if rank == 0:
+save_ckpt(model, path)` where `save_ckpt` calls `model.state_dict()` on an FSDP1 module, or
+`print(count_params(model))` where `count_params` enters `summon_full_params`; the message
+names the helper's file and line. A helper that gathers only on some path is not known to,
+and is left alone.
 A gathering call on a model that is not sharded yet (rank 0 reads its model before
 `fully_shard`/`FSDP` wraps it later in the same function) is not a collective. Saving
 (`torch.save`, `accelerator.save`, which guards itself) under the rank test is fine.
@@ -152,17 +163,28 @@ No automatic fix: the gathering call has to move before the rank test.
             if collective is None:
                 words = framework_collective(facts, site)
                 collective = framework_call(words, site.attr) if words else None
+            helper = None
             if collective is None:
-                continue
+                helper = collective_helper(facts, site)
+                if helper is None:
+                    continue
             guard = rank_guard(facts, site.ctx)
             if guard is None:
                 continue
-            if collective.balanced_by and balanced(facts, site, collective.balanced_by):
+            if collective is not None and collective.balanced_by and balanced(facts, site, collective.balanced_by):
                 continue
             test = getattr(guard, "node", guard)  # an ``if``'s Guard, or a one-rank decorator itself
+            if helper is not None:
+                name = facts.module.code_for_node(site.node.func)
+                what = (f"`{name}` runs {helper.collective} at {helper.place(helper.collective_at, report.row)} and "
+                        "is")
+                advice = (f"call `{name}` on every rank and keep only what uses its result under the rank test"
+                          if helper.advice == GATHER_ADVICE else helper.advice)
+            else:
+                what, advice = collective.what, collective.advice
             report(
                 site.node,
-                f"{collective.what} called only under the rank test at line {report.row(test)}: the other ranks "
-                f"never join and the job hangs; {collective.advice}",
+                f"{what} called only under the rank test at line {report.row(test)}: the other ranks "
+                f"never join and the job hangs; {advice}",
                 statement=site.ctx.statement,
             )

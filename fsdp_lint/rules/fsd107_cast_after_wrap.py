@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts.dtypes import module_casts
-from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, wrap_line
 from fsdp_lint.facts.rebinding import rebound_between
 from fsdp_lint.facts.scopes import runs_before
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -113,7 +113,7 @@ casting before the wrap, or casting the state dict) changes what is trained or s
                     "`FSDP(..., mixed_precision=MixedPrecision(...))`"
                 report(
                     site.node,
-                    f"`{receiver}` is cast after `{kind}` wrapped it (line {report.row(wrap.site.node)}): FSDP's "
+                    f"`{receiver}` is cast after `{kind}` wrapped it ({wrap_line(wrap, report.row)}): FSDP's "
                     "views of the parameters keep the old dtype; once the model has run a forward, the next "
                     "forward or state dict fails (measured on torch 2.13.0, where a cast before any forward "
                     f"happened to run); use {policy} at wrap time, or cast before wrapping",

@@ -6,10 +6,11 @@ import re
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.helper_summary import argument
+from fsdp_lint.facts.helpers import helper_at
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks, value_parts
+from fsdp_lint.facts.ranks import mentions_rank, per_rank_path, restricted_to_some_ranks
 from fsdp_lint.facts.values import bind_arguments, literal_bool
-from fsdp_lint.facts.scopes import latest_binding
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -25,6 +26,7 @@ class SaveOnEveryRank(Rule):
     name = "save-on-every-rank"
     summary = "`torch.save` / `save_pretrained` to one path on every rank of an FSDP program: the ranks overwrite each other"
     fix_availability = FIX_NEVER
+    project_kinds = frozenset({"shards", "saves"})
     markers = (
         ("save", "save_pretrained", "save_file", "save_model"),
         ("FullyShardedDataParallel", "fully_shard", "torch.distributed.fsdp"),
@@ -44,8 +46,12 @@ a temporary file or folder the process made (`tempfile.NamedTemporaryFile().name
 
 To stay precise the rule looks only at saves in the function that sets up the distributed
 run (the one that calls `init_process_group`, `FSDP(...)` or `fully_shard(...)`, or module
-level code that does): a helper such as `save_checkpoint(model, path)` may be called under a
-rank test elsewhere. It does not flag distributed checkpointing
+level code that does, or shards through a helper): a save inside a helper such as
+`save_checkpoint(model, path)` may be called under a rank test elsewhere, so the helper's
+*call* is what is checked there. A helper of this file or of another file of the project
+(found through the imports) that saves with `torch.save`/safetensors on every call (no rank
+test, no early exit, a path that is not per rank in it) is flagged where that function
+calls it on every rank, to the path it passes (or its own). It does not flag distributed checkpointing
 (`torch.distributed.checkpoint.save`, `dcp.save`: every rank must call it),
 `save_pretrained(..., is_main_process=...)` (transformers writes only where it is true),
 `tokenizer.save_pretrained` / `config.save_pretrained` (small identical text files; racy in
@@ -111,6 +117,8 @@ distributed checkpoint depends on what the state holds.
             qualname = facts.qualname(site.node.func)
             if qualname in DISTRIBUTED_SETUP or qualname in torch_api.FSDP_CLASS or qualname in torch_api.FULLY_SHARD:
                 anchors.add(id(site.ctx.function))
+        for wrap in modules.fsdp2_wraps:  # also a helper that shards, of this file or the project's
+            anchors.add(id(wrap.site.ctx.function))
         if not anchors or not (facts.imports.imports_from(torch_api.FSDP_PACKAGE) or modules.wraps
                                or modules.fsdp2_wraps):
             return
@@ -125,6 +133,7 @@ distributed checkpoint depends on what the state holds.
             if qualname in TORCH_SAVE or qualname in SAFETENSORS_SAVE:
                 bound, _ = bind_arguments(site.node.args, ("obj", "f"))
                 path = bound.get("f") or bound.get("filename")
+                path = path.value if path is not None else None
                 what = f"`{dotted_name(site.node.func)}`"
             elif site.attr == "save_pretrained" and isinstance(site.node.func, cst.Attribute):
                 receiver = dotted_name(site.node.func.value)
@@ -135,10 +144,20 @@ distributed checkpoint depends on what the state holds.
                 if opaque or (main is not None and literal_bool(main.value) is not True):
                     continue
                 path = bound.get("save_directory")
+                path = path.value if path is not None else None
                 what = f"`{receiver}.save_pretrained`"
+            elif site.attr is not None:
+                # a helper (of this file or the project) that saves on every call
+                # (``facts.helpers``): to the path its caller passes, or to its own, not per rank
+                helper = helper_at(facts, site)
+                if helper is None or not helper.saves:
+                    continue
+                path = argument(helper, site.node, helper.save_path) if helper.save_path is not None else site.node
+                what = (f"`{facts.module.code_for_node(site.node.func)}` (it saves with {helper.saves} at "
+                        f"{helper.place(helper.save_at, report.row)})")
             if path is None:
                 continue
-            if self._per_rank_or_buffer(facts, site, path.value):
+            if path is not site.node and per_rank_path(facts, site, path):
                 continue
             if restricted_to_some_ranks(facts, site.ctx):
                 continue  # a rank test, a single-process branch, a one-rank decorator (facts.ranks)
@@ -162,33 +181,6 @@ distributed checkpoint depends on what the state holds.
             return True
         last = receiver.rsplit(".", 1)[-1]
         return "model" in last.lower() and not _NOT_A_MODEL.search(receiver)
-
-    @staticmethod
-    def _per_rank_or_buffer(facts, site, expr, depth=0) -> bool:
-        """The path names a rank, is an in-memory buffer, or a temporary file or folder made
-        by this process (``tempfile.NamedTemporaryFile().name``, ``mkstemp()``, ``mkdtemp()``:
-        unique per process), following local assignments."""
-        if mentions_rank(expr, values_only=True):
-            return True
-        if isinstance(expr, cst.Call):
-            callee = dotted_name(expr.func) or ""
-            if callee.rsplit(".", 1)[-1] in ("BytesIO", "StringIO"):
-                return True
-            if (facts.qualname(expr.func) or "").startswith("tempfile."):
-                return True
-        if depth > 3:
-            return False
-        names = set()
-        for item in value_parts(expr):  # what may flow into the path (not a rank test passed along)
-            if isinstance(item, (cst.Name, cst.Attribute)) and dotted_name(item) is not None:
-                names.add(dotted_name(item))
-                names.add(dotted_name(item).split(".", 1)[0])  # ``tmp.name``: what ``tmp`` is
-        for name in names:
-            latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
-            if latest is not None and latest.ctx.function is site.ctx.function \
-                    and SaveOnEveryRank._per_rank_or_buffer(facts, site, latest.value, depth + 1):
-                return True
-        return False
 
     @staticmethod
     def _after_early_exit(facts, site, report) -> bool:

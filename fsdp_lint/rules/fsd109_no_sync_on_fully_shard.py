@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fsdp_lint.facts.fsdp_modules import method_calls_on_sharded
+from fsdp_lint.facts.fsdp_modules import method_calls_on_sharded, wrap_line
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -64,7 +64,7 @@ turned back on before the last micro-batch's backward; where is a choice of the 
         for site, origin, name in method_calls_on_sharded(facts, "no_sync"):
             report(
                 site.node,
-                f"`{name}` is sharded with FSDP2 `fully_shard` (line {report.row(origin.wrap.site.node)}), which has "
+                f"`{name}` is sharded with FSDP2 `fully_shard` ({wrap_line(origin.wrap, report.row)}), which has "
                 "no `no_sync()`: AttributeError at the first micro-batch; use "
                 f"`{name}.set_requires_gradient_sync(False)` and turn it back on before the last micro-batch's backward",
                 statement=site.ctx.statement,

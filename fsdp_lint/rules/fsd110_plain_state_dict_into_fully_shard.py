@@ -5,7 +5,7 @@ from __future__ import annotations
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import sources
-from fsdp_lint.facts.fsdp_modules import method_calls_on_sharded
+from fsdp_lint.facts.fsdp_modules import method_calls_on_sharded, wrap_line
 from fsdp_lint.facts.values import first_positional
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -72,7 +72,7 @@ No automatic fix: whether every rank reads the file or rank 0 broadcasts it
                 continue
             report(
                 site.node,
-                f"`{name}` is sharded with FSDP2 `fully_shard` (line {report.row(origin.wrap.site.node)}) and this "
+                f"`{name}` is sharded with FSDP2 `fully_shard` ({wrap_line(origin.wrap, report.row)}) and this "
                 "state dict holds full tensors: loading it into the DTensor shards raises RuntimeError; use "
                 f"`set_model_state_dict({name}, sd, options=StateDictOptions(full_state_dict=True))` or load before "
                 "`fully_shard`",

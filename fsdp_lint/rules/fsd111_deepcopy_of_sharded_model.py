@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fsdp_lint.facts.fsdp_modules import fully_sharded
+from fsdp_lint.facts.fsdp_modules import fully_sharded, wrap_line
 from fsdp_lint.facts.values import first_positional
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -72,7 +72,7 @@ rebuilt from a state dict; both change the program's structure.
             kind = "sharded with `fully_shard`" if origin.wrap.fsdp2 else "wrapped with FSDP"
             report(
                 site.node,
-                f"`{name}` is {kind} (line {report.row(origin.wrap.site.node)}): FSDP does not support deepcopy and "
+                f"`{name}` is {kind} ({wrap_line(origin.wrap, report.row)}): FSDP does not support deepcopy and "
                 "the copy raises; copy the module before wrapping it (and shard the copy), or build the copy from "
                 "a state dict",
                 statement=site.ctx.statement,

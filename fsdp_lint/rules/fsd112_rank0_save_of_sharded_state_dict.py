@@ -5,7 +5,7 @@ from __future__ import annotations
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import fully_sharded
+from fsdp_lint.facts.fsdp_modules import fully_sharded, wrap_line
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.facts.scopes import latest_binding
@@ -86,7 +86,7 @@ No automatic fix: the full state dict must be gathered on every rank before the 
                 name = facts.module.code_for_node(call.func.value)
                 report(
                     site.node,
-                    f"`{name}` is sharded with FSDP2 `fully_shard` (line {report.row(origin.wrap.site.node)}): its "
+                    f"`{name}` is sharded with FSDP2 `fully_shard` ({wrap_line(origin.wrap, report.row)}): its "
                     "`state_dict()` holds this rank's DTensor shards, so the file saved on one rank is missing the "
                     "others'; gather `get_model_state_dict(..., options=StateDictOptions(full_state_dict=True, "
                     "cpu_offload=True))` on every rank before the rank test, or save with torch.distributed.checkpoint",

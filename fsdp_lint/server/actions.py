@@ -133,7 +133,10 @@ def fix_all_edit(lint: DocumentLint, encoding: str, versioned: bool) -> Optional
     changes.  One edit over the whole span from the first fix to the last would replace
     every line between them: the editor's undo, cursor and other extensions' marks would
     see the untouched lines rewritten."""
-    outcome = fix_text(lint.text, lint.path, lint.rules, lint.unsafe, lint.launch, lint.unused_noqa)
+    outcome = fix_text(
+        lint.text, lint.path, lint.rules, lint.unsafe, launch=lint.launch, unused_noqa=lint.unused_noqa,
+        project=lint.project,
+    )
     old, new = lint.text, outcome.text
     if old == new:
         return None

@@ -56,6 +56,7 @@ class DocumentLint:
     unsafe: bool = False
     launch: Optional[object] = None  # the project's FSDP launch of the file (``fsdp_lint.launch``)
     unused_noqa: bool = False  # the opt-in FSD800 runs on this file
+    project: Optional[object] = None  # the project's helpers as the file imports them (``fsdp_lint.project``)
     config_error: Optional[str] = None
     excluded: bool = False
     generation: int = 0  # which reading of the settings it was linted with
@@ -85,11 +86,14 @@ def lint_document(uri: str, path: str, version: Optional[int], text: str, settin
         result.unsafe = settings.unsafe_for(path)
         result.launch = settings.launch_for(path)
         result.unused_noqa = settings.unused_noqa_for(path)
+        result.project = settings.project_for(path)
     except ConfigError as exc:
         result.config_error = str(exc)
         return result
     try:
-        result.diagnostics = lint_text(text, path, result.rules, parser, result.launch, result.unused_noqa).diagnostics
+        result.diagnostics = lint_text(
+            text, path, result.rules, parser, result.launch, unused_noqa=result.unused_noqa, project=result.project
+        ).diagnostics
     except RecursionError:
         result.diagnostics = [
             error_diagnostic(SYNTAX_ERROR, path, "file too deeply nested to analyse, file not checked")

@@ -1,0 +1,284 @@
+"""Helpers: what a top-level function of a module does on every call
+(``facts.helper_summary.Helper``), computed from the module's own facts (the same
+``collectives``, ``fsdp_modules``, ``frameworks``, ``ranks`` and ``optimizers`` answers the
+rules read), and the helper a call site calls: a function of this file by bare name, or a
+project function through this file's imports (``facts.project``).
+
+``summaries(facts)`` is what the project index stores per file; ``helper_at(facts, site)``
+is what rules ask.  "On every call" is decided in the helper alone: the call stands in the
+helper's body (not in a nested ``def`` or lambda), under no ``if`` (nor the rest of a
+block after an ``if`` that exits), no loop, no conditional expression, ``and``/``or`` or
+comprehension.  A helper that calls another helper of its own file on every call does
+what that one does (three levels deep); a call into another file is not followed (a
+summary depends on its file alone).  Methods are not summarized: which class an
+instance is cannot be told from the call.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Set
+
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.collectives import (
+    DIST_COLLECTIVES, FRAMEWORK_GATHERS, GATHER_ADVICE, gathers_full_state_dict, not_sharded_here, on_subgroup,
+    torch_collective,
+)
+from fsdp_lint.facts.frameworks import framework_collective
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, uses_fsdp
+from fsdp_lint.facts.helper_summary import Helper, argument, kinds_of, project_helper
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import CallSite, FunctionInfo, ModuleFacts
+from fsdp_lint.facts.optimizers import optimizers
+from fsdp_lint.facts.ranks import mentions_rank, per_rank_path, restricted_to_some_ranks
+from fsdp_lint.facts.scopes import lookup
+from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.facts.values import bind_arguments, first_positional
+
+MAX_DEPTH = 3
+SAVES = torch_api.TORCH_SAVE | torch_api.SAFETENSORS_SAVE
+_MAYBE_NAMES = ("IfExp", "BooleanOperation", "Lambda", "ListComp", "SetComp", "DictComp", "GeneratorExp")
+
+
+def _top_level(facts: ModuleFacts) -> Dict[str, FunctionInfo]:
+    """Module-level functions defined once (a name defined twice is not known)."""
+    found = {}
+    for name, infos in facts.functions.items():
+        tops = [i for i in infos if i.class_def is None and i.parent is None]
+        if len(tops) == 1 and len(infos) == len(tops):
+            found[name] = tops[0]
+    return found
+
+
+def _calls_by_function(facts: ModuleFacts) -> Dict[int, List[CallSite]]:
+    found: Dict[int, List[CallSite]] = {}
+    for site in facts.calls:
+        if site.ctx.function is not None:
+            found.setdefault(id(site.ctx.function), []).append(site)
+    return found
+
+
+def _always_reached(site: CallSite) -> bool:
+    """The call runs whenever its statement does, and its statement on every call of its
+    function: no guard, loop, or short-circuiting expression between them."""
+    ctx = site.ctx
+    if ctx.guards or ctx.loops:
+        return False
+    statement = ctx.statement
+    if isinstance(statement, (cst.If, cst.For, cst.While, cst.Try)) or type(statement).__name__ in ("TryStar", "Match"):
+        return False  # in a compound statement's header or body parts not tracked as guards
+    maybe_kinds = tuple(getattr(cst, name) for name in _MAYBE_NAMES)  # libcst stays unloaded until a parse
+    stack = [(statement, False)]
+    target = site.node
+    while stack:
+        node, maybe = stack.pop()
+        if node is target:
+            return not maybe
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        maybe = maybe or isinstance(node, maybe_kinds)
+        stack.extend((child, maybe) for child in node.children)
+    return False
+
+
+def _in_handler(function: cst.FunctionDef, statement) -> bool:
+    """``statement`` stands in an ``except`` (or ``finally``) block of ``function``: it runs
+    when something failed (or always, but after what may have raised), not on every call."""
+    stack = [(function.body, False)]
+    while stack:
+        node, handled = stack.pop()
+        if node is statement:
+            return handled
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not function:
+            continue
+        if isinstance(node, (cst.ExceptHandler, cst.Finally)) or type(node).__name__ == "ExceptStarHandler":
+            handled = True
+        stack.extend((child, handled) for child in node.children)
+    return False
+
+
+def _param(facts: ModuleFacts, info: FunctionInfo, expr, site: CallSite) -> Optional[str]:
+    """The parameter of ``info`` that ``expr`` (a node or a dotted name) reads as passed
+    (not rebound before ``site``)."""
+    name = expr if isinstance(expr, str) else (dotted_name(expr) if expr is not None else None)
+    if name is None or name not in info.param_names:
+        return None
+    return name if lookup(facts, name, site.ctx, site.order).param == name else None
+
+
+def _model_arg(call: cst.Call):
+    first = first_positional(call)
+    if first is None:
+        first = next((a for a in call.args if a.keyword is not None and a.keyword.value in ("model", "module")), None)
+    return first.value if first is not None else None
+
+
+class _Summarizer:
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self.functions = _top_level(facts)
+        self.by_function = facts.cached("calls_by_function", _calls_by_function)
+        self.done: Dict[str, Optional[Helper]] = {}
+        self.busy: Set[str] = set()
+
+    def summary(self, name: str, depth: int = 0) -> Optional[Helper]:
+        if name in self.done:
+            return self.done[name]
+        if name in self.busy or depth > MAX_DEPTH or name not in self.functions:
+            return None
+        self.busy.add(name)
+        helper = self._compute(self.functions[name], depth)
+        self.busy.discard(name)
+        self.done[name] = helper
+        return helper
+
+    def _compute(self, info: FunctionInfo, depth: int) -> Helper:
+        facts = self.facts
+        helper = Helper(info.name, info.param_names, line=info.node.name)
+        sites = [s for s in self.by_function.get(id(info.node), ())
+                 if _always_reached(s) and not _in_handler(info.node, s.ctx.statement)]
+        for site in sites:
+            if not helper.collective:
+                self._collective(info, site, helper, depth)
+            if not helper.saves:
+                self._save(info, site, helper)
+        for wrap in fsdp_modules(facts).fsdp2_wraps:
+            if wrap.site.ctx.function is info.node and helper.shards is None and not wrap.elsewhere \
+                    and _always_reached(wrap.site) and not _in_handler(info.node, wrap.site.ctx.statement):
+                param = _param(facts, info, wrap.wrapped, wrap.site)
+                if param is not None:
+                    inner = wrap.through or wrap
+                    helper.shards, helper.shard_at = param, inner.site.node
+        helper.builds_optimizer = any(o.site.ctx.function is info.node for o in optimizers(facts))
+        helper.kinds = kinds_of(helper)
+        return helper
+
+    def _collective(self, info: FunctionInfo, site: CallSite, helper: Helper, depth: int) -> None:
+        facts = self.facts
+        node, func = site.node, site.node.func
+        summons = facts.cached("summon_ids", lambda f: {id(s.node) for s in summon_calls(f)})
+        qualname = facts.qualname(func) or ""
+        if id(node) in summons:
+            param = _param(facts, info, _model_arg(node), site)
+            if param is not None:
+                helper.collective, helper.model, helper.needs = "`summon_full_params` (an all-gather)", param, "sharded"
+                helper.collective_at, helper.advice = node, GATHER_ADVICE
+                return
+        if site.attr == "state_dict" and isinstance(func, cst.Attribute) and not node.args:
+            param = _param(facts, info, func.value, site)
+            if param is not None:
+                helper.collective, helper.model, helper.needs = "a full FSDP state dict (an all-gather)", param, "fsdp1"
+                helper.collective_at, helper.advice = node, GATHER_ADVICE
+                return
+        found = torch_collective(facts, site)
+        if found is not None:
+            helper.collective, helper.collective_at, helper.advice = found.what, node, found.advice
+            helper.balanced_by = found.balanced_by
+            model = _model_arg(node) if qualname in torch_api.FULL_STATE_DICT_FUNCTIONS else None
+            param = _param(facts, info, model, site)
+            if param is not None:
+                helper.model, helper.needs = param, "sharded"
+            return
+        name = qualname.rsplit(".", 1)[-1]
+        if qualname.startswith("torch.distributed.") and qualname.count(".") == 2 and name in DIST_COLLECTIVES:
+            if not on_subgroup(node, name):
+                helper.collective, helper.collective_at, helper.needs = f"`{name}` (a collective)", node, "fsdp-file"
+                helper.advice, helper.balanced_by = "every rank must call it: move it out of the rank test", qualname
+            return
+        words = framework_collective(facts, site)
+        if words:
+            helper.collective, helper.collective_at = words, node
+            helper.advice = GATHER_ADVICE if site.attr in FRAMEWORK_GATHERS else "move it out of the rank test"
+            return
+        if isinstance(func, cst.Name) and func.value in self.functions and facts.qualname(func) is None:
+            inner = self.summary(func.value, depth + 1)
+            if inner is None or not inner.collective:
+                return
+            if inner.model is None:
+                helper.collective, helper.collective_at, helper.advice = inner.collective, inner.collective_at, inner.advice
+                helper.needs, helper.balanced_by = inner.needs, inner.balanced_by
+                return
+            passed = argument(inner, node, inner.model)
+            param = _param(facts, info, passed, site)
+            if param is not None:
+                helper.collective, helper.collective_at, helper.advice = inner.collective, inner.collective_at, inner.advice
+                helper.model, helper.needs = param, inner.needs
+            elif passed is not None and applies(facts, inner, site):
+                helper.collective, helper.collective_at, helper.advice = inner.collective, inner.collective_at, inner.advice
+
+    def _save(self, info: FunctionInfo, site: CallSite, helper: Helper) -> None:
+        facts = self.facts
+        if facts.qualname(site.node.func) not in SAVES:
+            return
+        bound, _ = bind_arguments(site.node.args, ("obj", "f"))
+        path = bound.get("f") or bound.get("filename")
+        if path is None or restricted_to_some_ranks(facts, site.ctx):
+            return
+        function = info.node
+        if any(mentions_rank(d.decorator) for d in function.decorators):
+            return
+        if any(isinstance(s, cst.If) and mentions_rank(s.test) for s in function.body.body):
+            return  # a rank test in the helper, perhaps an early exit: not on every rank
+        param = _param(facts, info, path.value, site)
+        if param is None and per_rank_path(facts, site, path.value):
+            return
+        helper.saves = f"`{dotted_name(site.node.func)}`"
+        helper.save_at, helper.save_path = site.node, param
+
+
+def summaries(facts: ModuleFacts) -> Dict[str, Helper]:
+    """The summary of every module-level function of the file that does something a
+    rule reads (``Helper.kinds`` not empty)."""
+    return facts.cached("helper_summaries", _summaries)
+
+
+def _summaries(facts: ModuleFacts) -> Dict[str, Helper]:
+    summarizer = _Summarizer(facts)
+    found = {}
+    for name in summarizer.functions:
+        helper = summarizer.summary(name)
+        if helper is not None and helper.kinds:
+            found[name] = helper
+    return found
+
+
+def helper_at(facts: ModuleFacts, site: CallSite) -> Optional[Helper]:
+    """The helper ``site`` calls: a module-level function of this file called by its bare
+    name, else a project function this file imports (``facts.project``)."""
+    func = site.node.func
+    if isinstance(func, cst.Name) and facts.qualname(func) is None and facts.imports.project_spec(func.value) is None:
+        return summaries(facts).get(func.value)
+    return project_helper(facts, func)
+
+
+def applies(facts: ModuleFacts, helper: Helper, site: CallSite) -> bool:
+    """The helper's collective runs for what ``site`` passes it (``Helper.needs``)."""
+    if not helper.collective:
+        return False
+    if helper.needs == "fsdp-file":
+        return uses_fsdp(facts)
+    if helper.model is None:
+        return True
+    passed = argument(helper, site.node, helper.model)
+    if passed is None:
+        return False
+    if helper.needs == "fsdp1":
+        return gathers_full_state_dict(facts, passed, site)
+    return not not_sharded_here(facts, passed, site)
+
+
+def collective_helper(facts: ModuleFacts, site: CallSite) -> Optional[Helper]:
+    """The helper ``site`` calls when it runs a collective on every call for what is passed.
+    A ``torch.distributed`` collective that the calling function also calls itself (the
+    other ranks' side of the download idiom: ``if rank == 0: prepare()`` where ``prepare``
+    ends in a barrier, ``else: dist.barrier()``) may be balanced: left alone."""
+    helper = helper_at(facts, site)
+    if helper is None or not applies(facts, helper, site):
+        return None
+    if helper.balanced_by and any(
+        other.ctx.function is site.ctx.function and facts.qualname(other.node.func) == helper.balanced_by
+        for other in facts.calls
+    ):
+        return None
+    return helper

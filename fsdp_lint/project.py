@@ -1,0 +1,428 @@
+"""The project index: what the other files of a project's helpers do, for the file linted.
+
+Real projects wrap the model in one file (torchtitan's ``parallelize.py``), save or gather
+it in a helper module, and call both from ``train.py``.  For a linted file this module
+answers, through that file's own imports, the summary of a project function
+(``facts.helper_summary.Helper``: it runs a collective, shards its argument with
+``fully_shard``, saves on every rank, builds an optimizer), computed from the helper
+file's own facts (``facts.helpers.summaries``, the facts every rule reads).
+
+- The project root is found as ruff finds it (``launch.project_root``: the nearest
+  ``pyproject.toml``, else ``.git``); a file in no project has no index.
+- An import resolves to a file of the project: relative imports from the importing
+  file's package, absolute ones from the importing file's folder (a script's
+  ``sys.path[0]``), the top of its package, the root and ``src/`` (``src`` layouts); a
+  package's ``__init__.py`` that re-exports a function is followed (three levels).
+- Summaries are computed on demand, only for the files the linted file imports (not the
+  whole tree: a one-file run reads only what that file imports), and cached by file
+  content (in memory, and under the result cache's folder in ``project/``): a warm run
+  hashes the imported files and reads their summaries back, nothing is parsed.  A file
+  without a word a summary can come from (``state_dict``, ``save``, ``fully_shard``,
+  ``barrier``, ...) is not parsed at all; one over ``MAX_BYTES`` or that does not parse
+  has no summary (unknown, not "assume the worst").
+- ``ProjectView.gate_kinds`` gives the gate (``engine.wanted_rules``, ``screen``) what
+  the file's imported helpers do, read from the same summaries (a plain scan of the
+  file's import statements, which finds every import the facts resolve); ``tag`` is what
+  a cached result depends on: the summaries of the helpers the file imports, so a change
+  to a helper's summary (or its line) invalidates the findings that depend on it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import warnings
+import os
+import re
+import time
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
+from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP
+from fsdp_lint.facts.helper_summary import Helper
+from fsdp_lint.facts.helpers import summaries
+from fsdp_lint.facts.index import index_module
+from fsdp_lint.launch import project_root
+from fsdp_lint.positions import Positions
+from fsdp_lint.source import line_starts
+
+SUMMARY_VERSION = "project-index-2"
+MAX_BYTES = 1024 * 1024
+MAX_REEXPORT_DEPTH = 3
+MEMO_SECONDS = 5.0
+# a summary can only come from a call of one of these (``facts.helpers``): a file without
+# one is not parsed
+_FRAMEWORK_CALLS = frozenset().union(*ALWAYS.values(), *WITH_FSDP.values())
+_SUMMARY_CALLS = frozenset(
+    {"summon_full_params", "fully_shard", "state_dict", "save", "save_file", "full_tensor", "redistribute"}
+    | DIST_COLLECTIVES | FSDP_OPTIM_STATE | {q.rsplit(".", 1)[-1] for q in LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS}
+    | set().union(*ALWAYS.values(), *WITH_FSDP.values())
+)
+_WITH_FSDP_ONLY = frozenset().union(*WITH_FSDP.values()) - frozenset().union(*ALWAYS.values()) - DIST_COLLECTIVES
+_GATHER_WORDS = re.compile(
+    r"summon_full_params|fully_shard|\.state_dict\(\s*\)|torch\.save\s*\(|save_file\s*\(|\.full_tensor\(|"
+    r"\.redistribute\(|" + "|".join(sorted(n for n in _SUMMARY_CALLS if n.endswith("state_dict") and n != "state_dict"))
+)
+_DIST_WORDS = re.compile(r"\b(?:" + "|".join(sorted(DIST_COLLECTIVES)) + r")\s*\(")
+_FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r")\s*\(")
+
+
+def _may_have_summary(text: str) -> bool:
+    """The text has a call a summary can come from (``_may_summarize`` then looks closer)."""
+    if _GATHER_WORDS.search(text):
+        return True
+    if "torch.distributed" in text and _DIST_WORDS.search(text):
+        return True
+    return ("accelerat" in text or "abric" in text or "lightning" in text) and bool(_FRAMEWORK_WORDS.search(text))
+
+
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;(]*)", re.M)
+_AT_FIELDS = ("line", "collective_at", "shard_at", "save_at")
+
+
+class ModuleSummary:
+    """A file's helpers (top-level functions by name) and the names it imports
+    (``exports``: what a package's ``__init__`` re-exports)."""
+
+    def __init__(self, functions: Dict[str, dict], exports: Dict[str, str]) -> None:
+        self.functions = functions
+        self.exports = exports
+
+    def to_json(self) -> str:
+        return json.dumps({"functions": self.functions, "exports": self.exports}, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> "ModuleSummary":
+        data = json.loads(text)
+        return ModuleSummary(dict(data["functions"]), dict(data["exports"]))
+
+
+EMPTY = ModuleSummary({}, {})
+
+
+def summarize_text(text: str) -> ModuleSummary:
+    """The summary of one file's text (``facts.helpers.summaries`` with lines for nodes)."""
+    exports = {bound: spec for bound, spec in _import_bindings(text) if "." not in bound}
+    if "def " not in text or not _may_have_summary(text) or not _may_summarize(text):
+        return ModuleSummary({}, exports)
+    try:
+        module = cst.parse_module(text)
+        facts = index_module(module)
+        helpers = summaries(facts)
+        positions = Positions(module, line_starts(text))
+        functions = {}
+        for name, helper in helpers.items():
+            data = helper.to_json()
+            for key in _AT_FIELDS:
+                node = data.get(key)
+                data[key] = positions(node).start.line if node is not None else None
+            data["file"] = ""
+            functions[name] = data
+        return ModuleSummary(functions, exports)
+    except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): no summary, never a finding
+        return ModuleSummary({}, exports)
+
+
+def _may_summarize(text: str) -> bool:
+    """A cheap ``ast`` look before libcst (``facts.helpers`` asks more): some top-level
+    function calls, on every call (in its body or a ``with`` block, not under an ``if``,
+    loop, ``try`` or short-circuit), one of ``_SUMMARY_CALLS`` (``torch.distributed``'s only
+    in a file naming it, ``state_dict()`` only on one of its parameters, a save only as
+    ``torch.save`` or safetensors' ``save_file``), or another top-level function of the
+    file that does."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+    distributed = "torch.distributed" in text
+    frameworks = "accelerat" in text or "abric" in text or "lightning" in text
+    shows_fsdp = "fsdp" in text.lower()
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    calls: Dict[str, set] = {}
+    found = set()
+    skipped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.If, ast.For, ast.AsyncFor,
+               ast.While, ast.Try, ast.IfExp, ast.BoolOp, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    skipped += tuple(getattr(ast, n) for n in ("TryStar", "Match") if hasattr(ast, n))
+    for name, function in functions.items():
+        args = function.args
+        params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        stack = list(function.body)
+        callees = calls.setdefault(name, set())
+        while stack:
+            node = stack.pop()
+            if isinstance(node, skipped):
+                continue
+            if isinstance(node, ast.Call):
+                func = node.func
+                last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                root = func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                root = root.id if isinstance(root, ast.Name) else None
+                if last == "state_dict":
+                    if root in params:
+                        found.add(name)
+                elif last == "save":
+                    if root == "torch":
+                        found.add(name)
+                elif last in DIST_COLLECTIVES:
+                    if distributed or (last in _FRAMEWORK_CALLS and frameworks):
+                        found.add(name)
+                elif last in _WITH_FSDP_ONLY:
+                    if shows_fsdp:  # ``frameworks.framework_collective``: only where the file shows FSDP
+                        found.add(name)
+                elif last in _SUMMARY_CALLS:
+                    found.add(name)
+                elif isinstance(func, ast.Name) and func.id in functions:
+                    callees.add(func.id)
+            stack.extend(ast.iter_child_nodes(node))
+    for _ in range(3):
+        found |= {name for name, callees in calls.items() if callees & found}
+    return bool(found)
+
+
+def _import_bindings(text: str) -> List[Tuple[str, str]]:
+    """(local dotted name, spec) for every import statement of ``text``: ``from .a import
+    b as c`` gives ("c", ".a.b"), ``import a.b as c`` ("c", "a.b"), ``import a.b`` ("a.b",
+    "a.b").  A plain scan (no parse): it may see more than the facts, never less."""
+    text = text.replace("\\\n", " ")
+    found = []
+    for match in _FROM.finditer(text):
+        module, names = match.group(1), match.group(2).strip().strip("()")
+        for part in names.replace("\n", " ").split(","):
+            words = part.split()
+            if not words or words[0] == "*":
+                continue
+            name, bound = words[0], words[2] if len(words) >= 3 and words[1] == "as" else words[0]
+            spec = f"{module}{name}" if module.endswith(".") else f"{module}.{name}"
+            found.append((bound, spec))
+    for match in _IMPORT.finditer(text):
+        for part in match.group(1).split(","):
+            words = part.split()
+            if not words:
+                continue
+            name = words[0]
+            bound = words[2] if len(words) >= 3 and words[1] == "as" else name
+            found.append((bound, name))
+    return found
+
+
+class ProjectIndex:
+    """Summaries of a project's files, by content (one per process; its answers are shared by
+    the files of a run).  ``cache_dir``: the result cache's folder (summaries go under
+    ``project/``), None for memory only."""
+
+    def __init__(self, cache_dir: Optional[str] = None) -> None:
+        self.cache_dir = cache_dir
+        self._roots: Dict[str, Optional[str]] = {}
+        self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
+        self._exists: Dict[str, bool] = {}
+        self._packages: Dict[str, str] = {}
+        self._modules: Dict[Tuple[str, str, str], Optional[str]] = {}
+        self._since = time.monotonic()  # folders and files looked up are kept ``MEMO_SECONDS``
+
+    def __getstate__(self):  # workers start with empty memories
+        return {"cache_dir": self.cache_dir}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(state.get("cache_dir"))
+
+    def view(self, path: str) -> Optional["ProjectView"]:
+        now = time.monotonic()
+        if now - self._since > MEMO_SECONDS:  # a long-lived index (the language server) sees new files
+            self._roots.clear()
+            self._exists.clear()
+            self._packages.clear()
+            self._modules.clear()
+            self._since = now
+        path = os.path.abspath(path)
+        folder = os.path.dirname(path)
+        if folder not in self._roots:
+            self._roots[folder] = project_root(path)
+        root = self._roots[folder]
+        if root is None:
+            return None
+        return ProjectView(self, path, root)
+
+    # -- files and summaries ----------------------------------------------------------------
+    def _is_file(self, path: str) -> bool:
+        if path not in self._exists:
+            self._exists[path] = os.path.isfile(path)
+        return self._exists[path]
+
+    def summary(self, path: str) -> ModuleSummary:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return EMPTY
+        key = (stat.st_mtime_ns, stat.st_size)
+        memo = self._summaries.get(path)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        found = EMPTY if stat.st_size > MAX_BYTES else self._by_content(path)
+        self._summaries[path] = (key, found)
+        return found
+
+    def _by_content(self, path: str) -> ModuleSummary:
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read(MAX_BYTES + 1)
+        except OSError:
+            return EMPTY
+        if len(raw) > MAX_BYTES:
+            return EMPTY
+        digest = hashlib.sha256(SUMMARY_VERSION.encode() + b"\0" + raw).hexdigest()
+        stored = os.path.join(self.cache_dir, "project", digest + ".json") if self.cache_dir else None
+        if stored is not None:
+            try:
+                with open(stored, encoding="utf-8") as handle:
+                    cached = ModuleSummary.from_json(handle.read())
+                for data in cached.functions.values():
+                    Helper.from_json(data, "")  # a damaged or foreign file is a miss
+                return cached
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                pass
+        text = raw.decode("utf-8", errors="replace")
+        found = summarize_text(text)
+        if stored is not None:
+            try:
+                os.makedirs(os.path.dirname(stored), exist_ok=True)
+                temporary = f"{stored}.{os.getpid()}.tmp"
+                with open(temporary, "w", encoding="utf-8") as handle:
+                    handle.write(found.to_json())
+                os.replace(temporary, stored)
+            except OSError:
+                pass
+        return found
+
+    # -- imports ---------------------------------------------------------------------------
+    def _package_top(self, folder: str, root: str) -> str:
+        """The folder above the outermost package that holds ``folder`` (``__init__.py``s)."""
+        if folder not in self._packages:
+            top = folder
+            while top != root and self._is_file(os.path.join(top, "__init__.py")):
+                parent = os.path.dirname(top)
+                if parent == top:
+                    break
+                top = parent
+            self._packages[folder] = top
+        return self._packages[folder]
+
+    def module_file(self, importer: str, root: str, module: str) -> Optional[str]:
+        """The project file of ``module`` (dotted, leading dots relative to ``importer``)."""
+        key = (os.path.dirname(importer), root, module)
+        if key not in self._modules:
+            self._modules[key] = self._module_file(importer, root, module)
+        return self._modules[key]
+
+    def _module_file(self, importer: str, root: str, module: str) -> Optional[str]:
+        level = len(module) - len(module.lstrip("."))
+        parts = [p for p in module[level:].split(".") if p]
+        if level:
+            base = os.path.dirname(importer)
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            bases = [base]
+        else:
+            if not parts:
+                return None
+            folder = os.path.dirname(importer)
+            bases = list(dict.fromkeys([folder, self._package_top(folder, root), root, os.path.join(root, "src")]))
+        for base in bases:
+            stem = os.path.join(base, *parts) if parts else base
+            for candidate in (stem + ".py", os.path.join(stem, "__init__.py")) if parts else (
+                    os.path.join(stem, "__init__.py"),):
+                if self._is_file(candidate):
+                    candidate = os.path.normpath(candidate)
+                    if candidate == root or candidate.startswith(root + os.sep):
+                        return candidate
+                    return None
+        return None
+
+    def helper(self, importer: str, root: str, spec: str, depth: int = 0) -> Optional[Tuple[str, Helper]]:
+        """(file, summary) of the project function ``spec`` names in ``importer``."""
+        level = len(spec) - len(spec.lstrip("."))
+        inner, _, name = spec[level:].rpartition(".")
+        module = "." * level + inner
+        if not name or not module:
+            return None
+        path = self.module_file(importer, root, module)
+        if path is None:
+            return None
+        found = self.summary(path)
+        data = found.functions.get(name)
+        if data is not None:
+            return path, Helper.from_json(data, os.path.relpath(path, root))
+        target = found.exports.get(name)
+        if target is not None and depth < MAX_REEXPORT_DEPTH and os.path.basename(path) == "__init__.py":
+            return self.helper(path, root, target, depth + 1)
+        return None
+
+    def module_helpers(self, importer: str, root: str, module: str) -> Dict[str, Helper]:
+        path = self.module_file(importer, root, module)
+        if path is None:
+            return {}
+        relative = os.path.relpath(path, root)
+        return {name: Helper.from_json(data, relative) for name, data in self.summary(path).functions.items()}
+
+
+class ProjectView:
+    """The project as one file sees it (``ModuleFacts.project``)."""
+
+    def __init__(self, index: ProjectIndex, path: str, root: str) -> None:
+        self.index = index
+        self.path = path
+        self.root = root
+        self._helpers: Dict[str, Optional[Helper]] = {}
+        self._scans: Dict[str, Dict[str, Helper]] = {}
+        # what starts this file when known and not an FSDP launch (``launch.Launcher``):
+        # accelerate's plugin then reads no launcher settings (``facts.frameworks``)
+        self.launcher = None
+
+    def helper(self, spec: str) -> Optional[Helper]:
+        if spec not in self._helpers:
+            found = self.index.helper(self.path, self.root, spec)
+            self._helpers[spec] = found[1] if found is not None else None
+        return self._helpers[spec]
+
+    def imported_helpers(self, text: str) -> Dict[str, Helper]:
+        """Local dotted name (as a call writes it) -> the summary of the project helper it
+        calls, for every import statement of ``text`` (functions, and the functions of
+        imported project modules)."""
+        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        if key not in self._scans:
+            found: Dict[str, Helper] = {}
+            for bound, spec in _import_bindings(text):
+                helper = self.helper(spec)
+                if helper is not None:
+                    found[bound] = helper
+                for name, inner in self.index.module_helpers(self.path, self.root, spec).items():
+                    found[f"{bound}.{name}"] = inner
+            self._scans[key] = found
+        return self._scans[key]
+
+    def gate_kinds(self, text: str) -> Dict[str, FrozenSet[str]]:
+        """What the gate reads: local dotted name -> what the helper does ("collective",
+        "shards", "saves"), for helpers whose name the text uses beyond its import."""
+        found = {}
+        for name, helper in self.imported_helpers(text).items():
+            if helper.kinds and text.count(name.rsplit(".", 1)[-1]) > 1:
+                found[name] = frozenset(helper.kinds)
+        return found
+
+    def tag(self, text: str) -> str:
+        """What a cached result of this file depends on in other files."""
+        helpers = self.imported_helpers(text)
+        if not helpers and self.launcher is None:
+            return ""
+        pieces = sorted(f"{name}={json.dumps(h.to_json(), sort_keys=True)}" for name, h in helpers.items())
+        if self.launcher is not None:
+            pieces.append(f"launcher={self.launcher.name}|{self.launcher.source}")
+        return "project=" + hashlib.sha256("\n".join(pieces).encode()).hexdigest()

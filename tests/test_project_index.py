@@ -1,0 +1,181 @@
+"""The project index (``fsdp_lint.project``): how imports resolve to project files, what a
+helper's summary says (only what it does on every call), that the summaries are cached by
+content and that a change to a helper invalidates the cached findings that depend on it,
+and that the language server sees the same project facts as the command line."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fsdp_lint.check import Settings
+from fsdp_lint.project import ProjectIndex, summarize_text
+from fsdp_lint.server.linting import lint_document
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FSDP_HEADER = (
+    "import torch\nimport torch.distributed as dist\n"
+    "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n\n\n"
+)
+
+
+def _project(tmp_path, files):
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def _functions(text):
+    return summarize_text(FSDP_HEADER + text).functions
+
+
+def test_a_summary_says_only_what_runs_on_every_call():
+    found = _functions(
+        "def gather(model):\n    return model.state_dict()\n\n\n"
+        "def maybe(model, flag):\n    if flag:\n        return model.state_dict()\n\n\n"
+        "def looped(models):\n    for m in models:\n        m.state_dict()\n\n\n"
+        "def short(model, flag):\n    return flag and model.state_dict()\n\n\n"
+        "def rebound(model):\n    model = model.module\n    return model.state_dict()\n\n\n"
+        "def outer(model):\n    return gather(model)\n"
+    )
+    assert set(found) == {"gather", "outer"}
+    assert (found["gather"]["model"], found["gather"]["needs"], found["gather"]["collective_at"]) == ("model", "fsdp1", 7)
+    assert (found["outer"]["model"], found["outer"]["collective_at"]) == ("model", 7)  # through the inner helper
+
+
+def test_saves_on_every_rank_only_without_a_rank_test_or_per_rank_path():
+    found = _functions(
+        "def save(model, path):\n    torch.save(model, path)\n\n\n"
+        "def save_main(model, path):\n    if dist.get_rank() == 0:\n        torch.save(model, path)\n\n\n"
+        "def save_own(model):\n    torch.save(model, f'ckpt_{dist.get_rank()}.pt')\n\n\n"
+        "def save_fixed(model):\n    torch.save(model, 'model.pt')\n"
+    )
+    assert {name for name, data in found.items() if data["saves"]} == {"save", "save_fixed"}
+    assert found["save"]["save_path"] == "path" and found["save_fixed"]["save_path"] is None
+
+
+def test_sharding_helpers_and_files_without_helpers():
+    found = summarize_text(
+        "from torch.distributed.fsdp import fully_shard\n\n\n"
+        "def apply_fsdp(model, mesh):\n    for block in model.layers:\n        fully_shard(block, mesh=mesh)\n"
+        "    fully_shard(model, mesh=mesh)\n"
+    ).functions
+    assert found["apply_fsdp"]["shards"] == "model" and found["apply_fsdp"]["shard_at"] == 7
+    assert summarize_text("def f(x):\n    return x + 1\n").functions == {}
+    assert summarize_text("def f(:\n  state_dict\n").functions == {}  # does not parse: unknown
+
+
+def test_imports_resolve_to_project_files(tmp_path):
+    root = _project(tmp_path, {
+        "pyproject.toml": "",
+        "src/pkg/__init__.py": "from .ckpt import save\n",
+        "src/pkg/ckpt.py": FSDP_HEADER + "def save(model, path):\n    torch.save(model.state_dict(), path)\n",
+        "src/pkg/sub/__init__.py": "",
+        "src/pkg/sub/train.py": "",
+        "scripts/helpers.py": FSDP_HEADER + "def gather(model):\n    return model.state_dict()\n",
+        "scripts/run.py": "",
+    })
+    index = ProjectIndex()
+    view = index.view(str(root / "src" / "pkg" / "sub" / "train.py"))
+    assert view.root == str(root)
+    assert view.helper("pkg.ckpt.save").file == os.path.join("src", "pkg", "ckpt.py")  # src/ layout
+    assert view.helper("pkg.save").file == os.path.join("src", "pkg", "ckpt.py")  # re-exported by __init__
+    assert view.helper("..ckpt.save").name == "save"  # relative
+    assert view.helper("..save").name == "save"  # relative, through the package's __init__
+    assert view.helper("torch.save") is None and view.helper("pkg.ckpt.missing") is None
+    script = index.view(str(root / "scripts" / "run.py"))
+    assert script.helper("helpers.gather").line == 6  # the script's folder, as sys.path[0]
+    text = "import helpers as h\nfrom helpers import gather as g\nh.gather(m)\ng(m)\n"
+    assert script.gate_kinds(text) == {"h.gather": frozenset({"collective"}), "g": frozenset({"collective"})}
+    outside = _project(tmp_path / "other", {".git/HEAD": "", "a.py": ""})
+    assert index.view(str(outside / "a.py")).helper("helpers.gather") is None
+
+
+def _cli(*args, cwd):
+    done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--exit-zero", "--format", "json", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return [(r["location"]["row"], r["code"]) for r in json.loads(done.stdout)]
+
+
+TRAIN = FSDP_HEADER + (
+    "from helpers import save_ckpt\n\n\n"
+    "def main(net):\n    dist.init_process_group('nccl')\n    model = FSDP(net)\n"
+    "    if dist.get_rank() == 0:\n        save_ckpt(model, 'model.pt')\n"
+)
+HELPER = FSDP_HEADER + "def save_ckpt(model, path):\n    torch.save(model.state_dict(), path)\n"
+GUARDED = FSDP_HEADER + (
+    "def save_ckpt(model, path):\n    state = model.state_dict()\n    if dist.get_rank() == 0:\n"
+    "        torch.save(state, path)\n"
+)
+
+
+def test_a_change_to_a_helper_invalidates_the_cached_findings(tmp_path):
+    root = _project(tmp_path, {"pyproject.toml": "", "train.py": TRAIN, "helpers.py": HELPER})
+    cache = tmp_path / "cache"
+    first = _cli("--cache-dir", str(cache), "train.py", cwd=root)
+    assert first == [(13, "FSD104")]
+    assert list((cache).rglob("project/*.json")), "the summaries are cached by content"
+    assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first  # warm
+    # moving the helper's state dict call into the rank test's other side: not a collective
+    # on every call any more, so the cached finding must go
+    (root / "helpers.py").write_text(FSDP_HEADER + "def save_ckpt(model, path):\n    if path:\n"
+                                     "        torch.save(model.state_dict(), path)\n")
+    assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == []
+    (root / "helpers.py").write_text(HELPER)
+    assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first
+    (root / "helpers.py").write_text(GUARDED)  # gathers on every call: still a hang under the rank test
+    assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first
+
+
+def test_the_language_server_sees_the_project_too():
+    project = ROOT / "fixtures" / "projects" / "raw_fsdp_helpers"
+    path = project / "src" / "train.py"
+    lint = lint_document(path.as_uri(), str(path), 1, path.read_text(), Settings())
+    expected = [(int(line.split(":")[1].split()[0]), line.split()[1])
+                for line in (project / "expected.txt").read_text().splitlines() if line.startswith("src/train.py")]
+    assert [(d.location.row, d.code) for d in lint.diagnostics] == expected
+
+
+def test_rules_reading_fsdp2_wraps_see_a_project_helper_that_shards(tmp_path):
+    root = _project(tmp_path, {
+        "pyproject.toml": "",
+        "parallel.py": "from torch.distributed.fsdp import fully_shard\n\n\n"
+                       "def shard(model, mesh):\n    for block in model.blocks:\n        fully_shard(block, mesh=mesh)\n"
+                       "    fully_shard(model, mesh=mesh)\n",
+        "train.py": "import copy\n\nfrom parallel import shard\n\n\n"
+                    "def main(model, mesh):\n    shard(model, mesh)\n    model.bfloat16()\n    return copy.deepcopy(model)\n",
+    })
+    done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
+                           "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
+    records = json.loads(done.stdout)
+    assert [(r["location"]["row"], r["code"]) for r in records] == [(8, "FSD107"), (9, "FSD111")]
+    assert all("sharded in parallel.py:7" in r["message"] for r in records)
+    (root / "parallel.py").write_text("def shard(model, mesh):\n    return model\n")  # shards nothing: quiet
+    done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
+                           "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert json.loads(done.stdout) == []
+
+
+def test_except_blocks_and_balanced_barriers_are_not_every_call():
+    found = _functions(
+        "def on_error(model, path):\n    try:\n        return None\n    except OSError:\n"
+        "        return model.state_dict()\n\n\n"
+        "def prepare(root):\n    print(root)\n    dist.barrier()\n"
+    )
+    assert set(found) == {"prepare"} and found["prepare"]["balanced_by"] == "torch.distributed.barrier"
+
+
+def test_a_barrier_helper_balanced_by_the_callers_other_branch_is_quiet(tmp_path):
+    helper = FSDP_HEADER + "def prepare(root):\n    print(root)\n    dist.barrier()\n"
+    body = FSDP_HEADER + "from helpers import prepare\n\n\ndef main(net, root):\n    model = FSDP(net)\n" \
+        "    if dist.get_rank() == 0:\n        prepare(root)\n{other}"
+    root = _project(tmp_path / "balanced", {"pyproject.toml": "", "helpers.py": helper,
+                                            "train.py": body.format(other="    else:\n        dist.barrier()\n")})
+    assert _cli("--no-cache", "train.py", cwd=root) == []
+    root = _project(tmp_path / "hang", {"pyproject.toml": "", "helpers.py": helper, "train.py": body.format(other="")})
+    assert _cli("--no-cache", "train.py", cwd=root) == [(12, "FSD104")]
