@@ -200,6 +200,19 @@ class Layer:
             for param in item.parameters():
                 self.prewrap[id(param)] = weakref.ref(param)
 
+    def forget_kept(self, module) -> None:
+        """After a wrap: drop what ``remember_prewrap`` holds on parameters the wrap kept
+        (an inner unit's, already sharded).  Only replaced parameters stay remembered: a
+        weak reference on a live parameter makes ``torch.utils.swap_tensors`` refuse it, so
+        FSDP2's ``to_empty()`` after meta-device construction failed under the layer
+        ("_apply(): Couldn't swap")."""
+        modules = module if isinstance(module, (list, tuple)) else [module]
+        for item in modules:
+            for param in item.parameters():
+                ref = self.prewrap.get(id(param))
+                if ref is not None and ref() is param:
+                    del self.prewrap[id(param)]
+
     # -- installation ----------------------------------------------------------------
     def install(self) -> None:
         faulthandler.enable(file=sys.stderr, all_threads=True)
@@ -230,6 +243,7 @@ class Layer:
         def __init__(self, module, *args, **kwargs):
             layer.remember_prewrap(module)
             original_init(self, module, *args, **kwargs)
+            layer.forget_kept(self)
             layer.wrapped.append(weakref.ref(self))
 
         def forward(self, *args, **kwargs):
@@ -297,6 +311,7 @@ class Layer:
         def fully_shard(module, *args, **kwargs):
             layer.remember_prewrap(module)
             result = original(module, *args, **kwargs)
+            layer.forget_kept(module)
             for item in module if isinstance(module, (list, tuple)) else [module]:
                 layer.wrapped.append(weakref.ref(item))
             return result
