@@ -56,3 +56,12 @@ def verify_every_rule_on_cpu(tmp_path_factory):
     pytest.importorskip("torch")
     log_dir = tmp_path_factory.mktemp("verify-every-rule")
     return VerifyRun(run_cli("verify", "--observe", "--format", "json", "--log-dir", log_dir), log_dir)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the tests that judge the shared ``verify_every_rule_on_cpu`` run go
+    to one worker (``--dist loadgroup``), so that run happens once per session, not once per
+    worker."""
+    for item in items:
+        if "verify_every_rule_on_cpu" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("verify-every-rule"))
