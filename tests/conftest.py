@@ -58,6 +58,7 @@ def verify_every_rule_on_cpu(tmp_path_factory):
     return VerifyRun(run_cli("verify", "--observe", "--format", "json", "--log-dir", log_dir), log_dir)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, the tests that judge the shared ``verify_every_rule_on_cpu`` run go
     to one worker (``--dist loadgroup``), so that run happens once per session, not once per

@@ -305,3 +305,40 @@ def test_interrupt_stops_the_torchrun_job_and_keeps_the_logs(tmp_path, sig, igno
     assert "interrupted" in err and str(logs) in err
     _wait_for(lambda: not any(_alive(pid) for pid in pids), "the ranks are gone", bound=60)
     assert (run / "rank0.log").exists() and (run / "launcher.log").exists()
+
+
+def test_a_process_that_does_not_catch_sigusr1_yet_is_never_sent_it(tmp_path):
+    """The stack probe skips a rank's program that has not registered its SIGUSR1 handler
+    (still starting): SIGUSR1's default action would kill it (seen in CI under load)."""
+    import signal
+    import subprocess
+    import sys
+
+    from fsdp_lint.verify.launcher import _catches, dump_stacks
+
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc here")
+    bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    ready = tmp_path / "ready"
+    caught = subprocess.Popen([sys.executable, "-c", (
+        "import faulthandler, signal, sys, time\n"
+        "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+        f"open({str(ready)!r}, 'w').close()\n"
+        "time.sleep(30)\n"
+    )], stderr=open(tmp_path / "rank1.log", "w"))
+    try:
+        while not ready.exists():
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert not _catches(bare.pid, signal.SIGUSR1)
+        assert _catches(caught.pid, signal.SIGUSR1)
+        (tmp_path / "rank0.pid").write_text(str(bare.pid))
+        (tmp_path / "rank1.pid").write_text(str(caught.pid))
+        (tmp_path / "rank0.log").write_text("")
+        dump_stacks(str(tmp_path), wait=5.0)
+        assert bare.poll() is None, "the probe killed a process without a SIGUSR1 handler"
+        assert caught.poll() is None
+        assert "most recent call first" in (tmp_path / "rank1.log").read_text()  # the one that catches it dumped its stack
+    finally:
+        bare.kill()
+        caught.kill()

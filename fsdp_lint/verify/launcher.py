@@ -490,6 +490,8 @@ def dump_stacks(log_dir: str, wait: float = 10.0) -> None:
             continue
         path = os.path.join(log_dir, f"rank{match.group(1)}.log")
         before = _dumps(path)
+        if not _catches(pid, signal.SIGUSR1):
+            continue  # still starting (faulthandler not registered yet): the signal would kill it
         try:
             os.kill(pid, signal.SIGUSR1)
         except OSError:
@@ -500,6 +502,21 @@ def dump_stacks(log_dir: str, wait: float = 10.0) -> None:
         waiting = [(path, before) for path, before in waiting if _dumps(path) <= before]
         if waiting:
             time.sleep(0.2)
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (its ``SigCgt`` mask in
+    /proc/PID/status).  A rank's program registers faulthandler for SIGUSR1 as it starts;
+    before that (a slow start on a loaded machine) SIGUSR1's default action ends it.
+    Without /proc the answer is yes, as before."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
 
 
 def _dumps(path: str) -> int:
