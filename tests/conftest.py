@@ -62,7 +62,12 @@ def verify_every_rule_on_cpu(tmp_path_factory):
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, the tests that judge the shared ``verify_every_rule_on_cpu`` run go
     to one worker (``--dist loadgroup``), so that run happens once per session, not once per
-    worker."""
-    for item in items:
-        if "verify_every_rule_on_cpu" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("verify-every-rule"))
+    worker, and they come first."""
+    shared = [item for item in items if "verify_every_rule_on_cpu" in getattr(item, "fixturenames", ())]
+    for item in shared:
+        item.add_marker(pytest.mark.xdist_group("verify-every-rule"))
+    if config.pluginmanager.has_plugin("xdist") and getattr(config.option, "numprocesses", None):
+        # the shared run is the longest single piece of work: handed out first, it overlaps
+        # the rest of the suite instead of running alone at the end
+        ids = set(map(id, shared))
+        items[:] = shared + [item for item in items if id(item) not in ids]
