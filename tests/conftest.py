@@ -66,7 +66,7 @@ def pytest_collection_modifyitems(config, items):
     shared = [item for item in items if "verify_every_rule_on_cpu" in getattr(item, "fixturenames", ())]
     for item in shared:
         item.add_marker(pytest.mark.xdist_group("verify-every-rule"))
-    if config.pluginmanager.has_plugin("xdist") and getattr(config.option, "numprocesses", None):
+    if hasattr(config, "workerinput"):  # collected in an xdist worker (each collects the same, in this order)
         # the shared run is the longest single piece of work: handed out first, it overlaps
         # the rest of the suite instead of running alone at the end
         ids = set(map(id, shared))
