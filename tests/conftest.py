@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,29 +46,76 @@ class VerifyRun:
         }
 
 
+# ``fsdp-lint verify --observe`` of every rule, shared by every test process: started in the
+# background by the first process to reach ``_start_shared_verify`` (pytest-xdist runs one
+# process per core), so it overlaps the rest of the suite; each process that needs it waits
+# for its result files.
+_VERIFY_ARGS = ("verify", "--observe", "--format", "json")
+_RUNNER = (
+    "import os, subprocess, sys\n"
+    "out, err, rc, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]\n"
+    "with open(out, 'w') as o, open(err, 'w') as e:\n"
+    "    code = subprocess.run(args, stdout=o, stderr=e).returncode\n"
+    "open(rc + '.tmp', 'w').write(str(code))\n"
+    "os.replace(rc + '.tmp', rc)\n"
+)
+
+
+def _shared_root(tmp_path_factory) -> Path:
+    """The folder every test process of this session shares (under xdist each has its own
+    basetemp below it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _needs_shared_verify(session) -> bool:
+    return any("verify_every_rule_on_cpu" in getattr(item, "fixturenames", ()) for item in session.items)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_shared_verify(request, tmp_path_factory):
+    if not _needs_shared_verify(request.session):
+        return
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            return
+    except (ImportError, ValueError):
+        return
+    root = _shared_root(tmp_path_factory)
+    try:
+        os.close(os.open(root / "verify-every-rule.started", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return  # another test process started it
+    log_dir = root / "verify-every-rule"
+    log_dir.mkdir(exist_ok=True)
+    subprocess.Popen(
+        [sys.executable, "-c", _RUNNER, str(root / "verify.out"), str(root / "verify.err"), str(root / "verify.rc"),
+         sys.executable, "-m", "fsdp_lint", *_VERIFY_ARGS, "--log-dir", str(log_dir)],
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"}, start_new_session=True,
+    )
+
+
 @pytest.fixture(scope="session")
-def verify_every_rule_on_cpu(tmp_path_factory):
+def verify_every_rule_on_cpu(tmp_path_factory, _start_shared_verify):
     """``fsdp-lint verify --observe`` of every rule and every form on CPU/gloo with 2 ranks,
-    run once per test session (each of its programs is a torchrun job, run under
-    ``verify --program``'s runtime layer): tests/test_verify.py judges the whole run,
-    tests/test_verify_nodes.py compares two nodes' verdicts with its FSD004 and FSD102 rows,
-    tests/test_verify_frameworks.py judges its framework forms, tests/test_verify_program.py
-    judges what the runtime layer found in each rule's flagged and fixed program."""
+    run once per test session whatever the number of test processes (each of its programs
+    is a torchrun job, run under ``verify --program``'s runtime layer): tests/test_verify.py
+    judges the whole run, tests/test_verify_nodes.py compares two nodes' verdicts with its
+    FSD004 and FSD102 rows, tests/test_verify_frameworks.py judges its framework forms,
+    tests/test_verify_program.py judges what the runtime layer found in each rule's flagged
+    and fixed program."""
     pytest.importorskip("torch")
-    log_dir = tmp_path_factory.mktemp("verify-every-rule")
-    return VerifyRun(run_cli("verify", "--observe", "--format", "json", "--log-dir", log_dir), log_dir)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist, the tests that judge the shared ``verify_every_rule_on_cpu`` run go
-    to one worker (``--dist loadgroup``), so that run happens once per session, not once per
-    worker, and they come first."""
-    shared = [item for item in items if "verify_every_rule_on_cpu" in getattr(item, "fixturenames", ())]
-    for item in shared:
-        item.add_marker(pytest.mark.xdist_group("verify-every-rule"))
-    if hasattr(config, "workerinput"):  # collected in an xdist worker (each collects the same, in this order)
-        # the shared run is the longest single piece of work: handed out first, it overlaps
-        # the rest of the suite instead of running alone at the end
-        ids = set(map(id, shared))
-        items[:] = shared + [item for item in items if id(item) not in ids]
+    root = _shared_root(tmp_path_factory)
+    rc = root / "verify.rc"
+    deadline = time.monotonic() + 3600
+    while not rc.exists():
+        assert (root / "verify-every-rule.started").exists(), "the shared verify run was never started"
+        assert time.monotonic() < deadline, "the shared verify run did not finish within an hour"
+        time.sleep(0.5)
+    result = subprocess.CompletedProcess(
+        [sys.executable, "-m", "fsdp_lint", *_VERIFY_ARGS], int(rc.read_text()),
+        (root / "verify.out").read_text(encoding="utf-8"), (root / "verify.err").read_text(encoding="utf-8"),
+    )
+    return VerifyRun(result, root / "verify-every-rule")
