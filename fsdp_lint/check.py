@@ -359,6 +359,11 @@ def _stop(pool) -> None:
             if process.is_alive():
                 process.kill()
                 process.join(timeout=5)
+        # the pool's manager thread may have closed its wake-up pipe already: CPython's exit
+        # hook would then print "Exception ignored ... Bad file descriptor" as the run ends
+        wakeups = getattr(getattr(concurrent.futures, "process", None), "_threads_wakeups", None)
+        if wakeups is not None:
+            wakeups.clear()
 
 
 def _crashed(source: SourceFile) -> FileReport:
