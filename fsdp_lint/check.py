@@ -17,11 +17,8 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.cache import Cache
 from fsdp_lint.config import ConfigFinder
-from fsdp_lint.diagnostics import Diagnostic, Location
-from fsdp_lint.engine import (
-    INTERNAL_ERROR, IO_ERROR, UNUSED_NOQA, FileGate, cpython_syntax_error, error_diagnostic, gate_on, has_fsd_noqa,
-    lint_text,
-)
+from fsdp_lint.diagnostics import INTERNAL_ERROR, IO_ERROR, UNUSED_NOQA, Diagnostic, Location, error_diagnostic
+from fsdp_lint.engine import FileGate, cpython_syntax_error, gate_on, has_fsd_noqa, lint_text
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.noqa import add_noqa

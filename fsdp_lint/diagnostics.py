@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 SAFE = "safe"
 UNSAFE = "unsafe"
+
+# The codes of what the engine says about a file rather than about a rule's hazard: kept
+# with the diagnostics that carry them, so a format renders them without the engine.
+SYNTAX_ERROR = ("FSD900", "syntax-error")
+INTERNAL_ERROR = ("FSD901", "internal-error")
+IO_ERROR = ("FSD902", "io-error")
+# opt-in (ruff's RUF100): FSD codes of a noqa comment that suppress nothing; selected only
+# by its code, its name or a prefix longer than ``FSD`` (``rules.OPT_IN``)
+UNUSED_NOQA = ("FSD800", "unused-noqa")
+# every code above with its name, in the order formats list them
+ENGINE_CODES = (SYNTAX_ERROR, INTERNAL_ERROR, IO_ERROR)
 
 
 @dataclass(frozen=True, order=True)
@@ -32,6 +43,17 @@ class Fix:
     message: str
     edits: Tuple[Edit, ...]
 
+    def applied_to(self, text: str) -> str:
+        """``text`` (the decoded file the edits were made for) with this fix's edits."""
+        return apply_edits(text, self.edits)
+
+
+def apply_edits(text: str, edits: Sequence[Edit]) -> str:
+    """``text`` with non-overlapping ``edits`` applied (last first, so offsets hold)."""
+    for edit in sorted(edits, key=lambda e: e.start_offset, reverse=True):
+        text = text[: edit.start_offset] + edit.content + text[edit.end_offset :]
+    return text
+
 
 @dataclass
 class Diagnostic:
@@ -51,3 +73,10 @@ class Diagnostic:
 
     def sort_key(self):
         return (self.filename, self.cell or 0, self.location.row, self.location.column, self.code)
+
+
+def error_diagnostic(kind, filename: str, message: str, row: int = 1, column: int = 1) -> Diagnostic:
+    """A diagnostic of one of the engine's own codes (``SYNTAX_ERROR``...) at ``row``."""
+    code, name = kind
+    loc = Location(row, column)
+    return Diagnostic(code, name, message, filename, loc, loc, statement_rows=(row, row))

@@ -22,7 +22,9 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Type
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.diagnostics import SAFE, Diagnostic, Edit, Fix, Location
+from fsdp_lint.diagnostics import (
+    INTERNAL_ERROR, IO_ERROR, SAFE, SYNTAX_ERROR, UNUSED_NOQA, Diagnostic, Edit, Fix, Location, error_diagnostic,
+)
 from fsdp_lint.facts.index import index_module
 from fsdp_lint.noqa import Suppressions, without_codes
 from fsdp_lint.positions import Positions
@@ -32,12 +34,6 @@ from fsdp_lint.screen import Screening, ast_confirms  # noqa: F401 - ast_confirm
 from fsdp_lint.slicing import MAX_SHARE, MIN_CHARS, slice_text
 from fsdp_lint.source import line_starts
 
-SYNTAX_ERROR = ("FSD900", "syntax-error")
-INTERNAL_ERROR = ("FSD901", "internal-error")
-IO_ERROR = ("FSD902", "io-error")
-# opt-in (ruff's RUF100): FSD codes of a noqa comment that suppress nothing; selected only
-# by its code, its name or a prefix longer than ``FSD`` (``rules.OPT_IN``)
-UNUSED_NOQA = ("FSD800", "unused-noqa")
 _FSD_CODE = re.compile(r"^FSD[0-9]{3}$", re.I)
 REPORT_URL = "https://github.com/fsdp-lint/fsdp-lint/issues"
 # Large files are sliced (``fsdp_lint.slicing``): libcst parses the statements holding the
@@ -63,12 +59,6 @@ class LintResult:
     parsed: bool = False  # libcst parsed the text (False: skipped or a syntax error)
     # findings a noqa comment suppressed: (code, name, first row, last row)
     suppressed: List[Tuple[str, str, int, int]] = field(default_factory=list)
-
-
-def error_diagnostic(kind, filename: str, message: str, row: int = 1, column: int = 1) -> Diagnostic:
-    code, name = kind
-    loc = Location(row, column)
-    return Diagnostic(code, name, message, filename, loc, loc, statement_rows=(row, row))
 
 
 _GATES: dict = {}

@@ -13,8 +13,8 @@ from typing import List, Sequence, Tuple, Type
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.diagnostics import SAFE, Diagnostic, Edit
-from fsdp_lint.engine import INTERNAL_ERROR, LintResult, error_diagnostic, lint_text
+from fsdp_lint.diagnostics import INTERNAL_ERROR, SAFE, Diagnostic, Edit, apply_edits, error_diagnostic
+from fsdp_lint.engine import LintResult, lint_text
 from fsdp_lint.rules.base import Rule
 
 MAX_ROUNDS = 10
@@ -39,12 +39,6 @@ class FixOutcome:
 def applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
     fix = diagnostic.fix
     return fix is not None and (fix.applicability == SAFE or unsafe)
-
-
-def apply_edits(text: str, edits: Sequence[Edit]) -> str:
-    for edit in sorted(edits, key=lambda e: e.start_offset, reverse=True):
-        text = text[: edit.start_offset] + edit.content + text[edit.end_offset :]
-    return text
 
 
 def _non_overlapping(diagnostics: Sequence[Diagnostic], unsafe: bool) -> Tuple[List[Edit], int]:

@@ -66,6 +66,18 @@ def test_rules_and_facts_never_reach_the_verifier_or_the_command():
                                           "fsdp_lint.check", "fsdp_lint.cli")), f"{path.name}:{line} imports {target}"
 
 
+def test_output_formats_render_diagnostics_only():
+    """A format turns diagnostics into text: it applies no fix through the fixer and asks
+    the engine for nothing (codes and a fix's result belong with the diagnostics), so the
+    same findings render alike from the CLI, the server and a baseline (issue 25, item 3)."""
+    for path in sorted((PACKAGE / "output").glob("*.py")):
+        for line, target in _imports(path):
+            assert not target.startswith(("fsdp_lint.engine", "fsdp_lint.fixer", "fsdp_lint.rules",
+                                          "fsdp_lint.screen", "fsdp_lint.slicing", "fsdp_lint.facts")) or (
+                path.name == "sarif.py" and target == "fsdp_lint.rules"  # the rules' docs as SARIF metadata
+            ), f"output/{path.name}:{line} imports {target}"
+
+
 # The only imports that stand inside a function, each with its reason: (file under
 # fsdp_lint/, function) -> the modules it may import there.  Anything else is imported at
 # module level; a module that needs an optional dependency is imported only by the command

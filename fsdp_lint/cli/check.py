@@ -15,8 +15,7 @@ from fsdp_lint.check import (
     run_files,
 )
 from fsdp_lint.config import ConfigError, ConfigFinder, check_version
-from fsdp_lint.diagnostics import SAFE
-from fsdp_lint.engine import IO_ERROR, error_diagnostic
+from fsdp_lint.diagnostics import IO_ERROR, SAFE, error_diagnostic
 from fsdp_lint.files import NOT_PYTHON, discover, matches_any
 from fsdp_lint.interrupt import Interrupted, handlers
 from fsdp_lint.launch import project_root

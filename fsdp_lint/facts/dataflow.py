@@ -16,7 +16,7 @@ variable) makes the answer incomplete: rules decide how much an incomplete answe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 

@@ -32,7 +32,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.model import Context, Guard, ModuleFacts
+from fsdp_lint.facts.model import Context, ModuleFacts
 from fsdp_lint.facts.scopes import latest_binding, module_functions
 from fsdp_lint.facts.values import literal_string
 

@@ -7,7 +7,6 @@ import difflib
 from typing import Dict, List
 
 from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.fixer import apply_edits
 from fsdp_lint.output.text import line as text_line
 from fsdp_lint.source import SourceError, read_source
 
@@ -39,7 +38,7 @@ def render(diagnostics: List[Diagnostic], sources: Dict[str, str] = None, **_con
         if d.fix is not None:
             out.append(f"  = fix ({d.fix.applicability}): {d.fix.message}")
             if text:
-                fixed = apply_edits(text, d.fix.edits)
+                fixed = d.fix.applied_to(text)
                 diff = difflib.unified_diff(text.splitlines(), fixed.splitlines(), lineterm="", n=1)
                 out.extend("    " + line for line in list(diff)[2:])
         out.append("")

@@ -8,8 +8,7 @@ import os
 from typing import List
 
 from fsdp_lint import __version__
-from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, SYNTAX_ERROR
+from fsdp_lint.diagnostics import ENGINE_CODES, Diagnostic
 from fsdp_lint.rules import ALL_RULES
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -32,7 +31,7 @@ def _rules():
         }
         for rule in ALL_RULES
     ]
-    for code, name in (SYNTAX_ERROR, INTERNAL_ERROR, IO_ERROR):
+    for code, name in ENGINE_CODES:
         rules.append({"id": code, "name": name, "shortDescription": {"text": name.replace("-", " ")}})
     return rules
 

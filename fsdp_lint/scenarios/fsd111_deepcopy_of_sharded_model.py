@@ -2,7 +2,6 @@
 
 import copy
 
-import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 

@@ -3,7 +3,7 @@ training step, without register_fsdp_forward_method."""
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+from torch.distributed.fsdp import fully_shard
 
 from fsdp_lint.scenarios import _harness
 

@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 
 from fsdp_lint.check import Settings
 from fsdp_lint.config import ConfigError
-from fsdp_lint.diagnostics import Diagnostic
-from fsdp_lint.engine import INTERNAL_ERROR, SYNTAX_ERROR, error_diagnostic, lint_text
+from fsdp_lint.diagnostics import INTERNAL_ERROR, SYNTAX_ERROR, Diagnostic, error_diagnostic
+from fsdp_lint.engine import lint_text
 from fsdp_lint.files import matches_any
 from fsdp_lint.rules.base import Rule
 

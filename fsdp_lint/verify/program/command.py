@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from fsdp_lint.check import Settings, run_files
-from fsdp_lint.engine import INTERNAL_ERROR, IO_ERROR, SYNTAX_ERROR
+from fsdp_lint.diagnostics import INTERNAL_ERROR, IO_ERROR, SYNTAX_ERROR
 from fsdp_lint.files import discover
 from fsdp_lint.verify.launcher import launch, probe
 from fsdp_lint.verify.program.evidence import collect
