@@ -49,17 +49,15 @@ from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
 from fsdp_lint.facts.forward_methods import ENTRY_POINTS
-from fsdp_lint.rules.fsd105_generate_outside_summon import INNER
-from fsdp_lint.facts.dtensors import GATHERS, NORM_FUNCTIONS, PASS_THROUGH, TOTAL_NORM
-from fsdp_lint.rules.fsd106_grad_norm_read_per_rank import BUILTIN_READS, READS
+from fsdp_lint.facts.dtensors import BUILTIN_LOCAL_READS, GATHERS, LOCAL_READS, NORM_FUNCTIONS, PASS_THROUGH, TOTAL_NORM
 from fsdp_lint.facts.dtypes import CAST_METHODS, TORCH_DTYPES
-from fsdp_lint.rules.fsd108_save_on_every_rank import DISTRIBUTED_SETUP, SAFETENSORS_SAVE, TORCH_SAVE, SaveOnEveryRank
+from fsdp_lint.facts.fsdp_modules import names_a_model
 
 _WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD
 _GATHERS = LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS
 _OPTIM_STATE = frozenset(f"{c}.{name}" for c in torch_api.FSDP_CLASS for name in FSDP_OPTIM_STATE)
 _DIST = frozenset(f"torch.distributed.{name}" for name in DIST_COLLECTIVES)
-_SAVES = TORCH_SAVE | SAFETENSORS_SAVE
+_SAVES = torch_api.TORCH_SAVE | torch_api.SAFETENSORS_SAVE
 _PARTIAL = "functools.partial"
 _PARAMETER_CALLS = frozenset({"parameters", "named_parameters"})
 _BLOCKS = frozenset({"body", "orelse", "finalbody"})
@@ -1060,7 +1058,7 @@ def _fsd105(s: Summary) -> Iterator[ast.AST]:
             owner = _dotted(func.value)
             if owner is None:
                 continue
-            for inner in INNER:
+            for inner in torch_api.FSDP1_INNER_MODULE:
                 if owner.endswith("." + inner):
                     owner = owner[: -len(inner) - 1]
                     break
@@ -1104,9 +1102,9 @@ def _fsd106(s: Summary) -> Iterator[ast.AST]:
     for frame in s.frames.values():
         for call in frame.calls:
             func = call.func
-            if type(func) is ast.Attribute and func.attr in READS:
+            if type(func) is ast.Attribute and func.attr in LOCAL_READS:
                 inner = func.value
-            elif type(func) is ast.Name and func.id in BUILTIN_READS and len(call.args) == 1:
+            elif type(func) is ast.Name and func.id in BUILTIN_LOCAL_READS and len(call.args) == 1:
                 inner = call.args[0]
             else:
                 continue
@@ -1162,7 +1160,7 @@ def _fsd108(s: Summary) -> Iterator[ast.AST]:
     wrapping = {key for key, _, _, _ in wraps}
     for key, frame in s.frames.items():
         if key not in wrapping and not any(
-                not s.qualnames(c.func).isdisjoint(DISTRIBUTED_SETUP | _WRAPS) for c in frame.calls):
+                not s.qualnames(c.func).isdisjoint(torch_api.INIT_PROCESS_GROUP | _WRAPS) for c in frame.calls):
             continue
         for call in frame.calls:
             if not s.qualnames(call.func).isdisjoint(_SAVES) or "saves" in s.helper_kinds(call):
@@ -1171,7 +1169,7 @@ def _fsd108(s: Summary) -> Iterator[ast.AST]:
             func = call.func
             if type(func) is ast.Attribute and func.attr == "save_pretrained":
                 receiver = _dotted(func.value)
-                if receiver is not None and SaveOnEveryRank._is_model(receiver, wrapped):
+                if receiver is not None and names_a_model(receiver, wrapped):
                     yield call
 
 

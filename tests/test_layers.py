@@ -48,6 +48,7 @@ def _imports(path: Path):
                     yield node.lineno, alias.name
 
 
+ALL_FILES_FOR_RULE_IMPORTS = sorted(PACKAGE.rglob("*.py"))
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "scenarios" not in p.parts or p.name in ("registry.py", "__init__.py"))
 
 
@@ -64,6 +65,16 @@ def test_rules_and_facts_never_reach_the_verifier_or_the_command():
         for line, target in _imports(path):
             assert not target.startswith(("fsdp_lint.verify", "fsdp_lint.scenarios", "fsdp_lint.engine",
                                           "fsdp_lint.check", "fsdp_lint.cli")), f"{path.name}:{line} imports {target}"
+
+
+def test_no_module_reaches_into_a_rule_module():
+    """What a rule knows that another stage needs (a vocabulary, a test on a name) lives in
+    facts/, where both import it: no module imports a rule's module by name (the registry
+    in rules/__init__.py discovers them), so neither the ``ast`` screen nor another rule
+    copies or borrows a rule's private helper (issue 25, item 1)."""
+    for path in ALL_FILES_FOR_RULE_IMPORTS:
+        for line, target in _imports(path):
+            assert not target.startswith("fsdp_lint.rules.fsd"), f"{_module(path)}:{line} imports {target}"
 
 
 def test_output_formats_render_diagnostics_only():

@@ -33,6 +33,9 @@ NORM_FUNCTIONS = frozenset({"torch.norm", "torch.linalg.norm", "torch.linalg.vec
 PASS_THROUGH = frozenset({"detach", "cpu", "float", "double", "mean", "sum", "clone", "squeeze", "to", "cuda"})
 # DTensor methods that run a collective (every rank of the mesh must call them)
 GATHERS = frozenset({"full_tensor", "redistribute"})
+# reads of a tensor's value that give this rank's local part of a sharded DTensor
+LOCAL_READS = frozenset({"item", "tolist", "to_local", "numpy"})
+BUILTIN_LOCAL_READS = frozenset({"float", "int"})
 
 
 def norm_sources(facts: ModuleFacts) -> Tuple[Dict[int, str], Dict[str, List[Binding]]]:

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -161,6 +162,18 @@ def _compute(facts: ModuleFacts) -> FsdpModules:
 
 
 MAX_HELPER_DEPTH = 3
+_NOT_A_MODEL = re.compile(r"tokenizer|processor|config|feature_extractor|image_processor", re.I)
+
+
+def names_a_model(receiver: str, wrapped) -> bool:
+    """Whether the dotted ``receiver`` of a save (``self.model``, ``unwrapped_model``) is a
+    model: one of the ``wrapped`` names (or its ``.module``), else a name saying "model" that
+    names no tokenizer, processor or config."""
+    base = receiver[: -len(".module")] if receiver.endswith(".module") else receiver
+    if base in wrapped:
+        return True
+    last = receiver.rsplit(".", 1)[-1]
+    return "model" in last.lower() and not _NOT_A_MODEL.search(receiver)
 
 
 def _project_shard(facts: ModuleFacts, site: CallSite, targets, fsdp2_wraps: List[FsdpWrap], fsdp2: Set[str],

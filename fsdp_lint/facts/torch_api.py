@@ -73,6 +73,9 @@ NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 # writing an object or state dict to a file
 TORCH_SAVE = frozenset({"torch.save", "torch.serialization.save"})
 SAFETENSORS_SAVE = frozenset({"safetensors.torch.save_file", "safetensors.torch.save_model"})
+INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
+# attributes of an FSDP1 wrapper that hold the wrapped (inner, sharded) module
+FSDP1_INNER_MODULE = ("module", "_fsdp_wrapped_module")
 OPTIMIZER_PACKAGE = "torch.optim"
 # modules of ``torch.optim`` whose classes take an optimizer, not parameters
 OPTIMIZER_WRAPPER_MODULES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")

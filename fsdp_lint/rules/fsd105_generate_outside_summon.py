@@ -14,9 +14,6 @@ from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
 # Attributes that hand back the module FSDP wraps.
-INNER = ("module", "_fsdp_wrapped_module")
-
-
 class GenerateOutsideSummon(Rule):
     code = "FSD105"
     name = "generate-outside-summon"
@@ -96,7 +93,7 @@ every rank has to enter it (a collective).
             if receiver is None:
                 continue
             owner = receiver
-            for inner in INNER:
+            for inner in torch_api.FSDP1_INNER_MODULE:
                 if owner.endswith("." + inner):
                     owner = owner[: -len(inner) - 1]
                     break

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from fsdp_lint.diagnostics import UNSAFE
-from fsdp_lint.facts.dtensors import GATHERS, PASS_THROUGH, bound_source, norm_sources
+from fsdp_lint.facts.dtensors import BUILTIN_LOCAL_READS, GATHERS, LOCAL_READS, PASS_THROUGH, bound_source, norm_sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks
 from fsdp_lint.lazy_libcst import cst
@@ -12,8 +12,6 @@ from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 
 
 # reads that turn a DTensor into a plain value on this rank
-READS = frozenset({"item", "tolist", "to_local", "numpy"})
-BUILTIN_READS = frozenset({"float", "int"})
 # reads of a Replicate() total norm that give the global value (``.tolist()`` raises instead)
 TOTAL_NORM_READS_FIXED = frozenset({".item()", "float(...)", "int(...)", ".to_local()"})
 
@@ -124,10 +122,10 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
 
         for site in facts.calls:
             node = site.node
-            if site.attr in READS and isinstance(node.func, cst.Attribute):
+            if site.attr in LOCAL_READS and isinstance(node.func, cst.Attribute):
                 inner = node.func.value
                 read = f".{site.attr}()"
-            elif facts.qualname(node.func) is None and dotted_name(node.func) in BUILTIN_READS and len(node.args) == 1:
+            elif facts.qualname(node.func) is None and dotted_name(node.func) in BUILTIN_LOCAL_READS and len(node.args) == 1:
                 inner = node.args[0].value
                 read = f"{dotted_name(node.func)}(...)"
             else:

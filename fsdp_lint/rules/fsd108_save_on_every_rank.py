@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, names_a_model
 from fsdp_lint.facts.helper_summary import argument
 from fsdp_lint.facts.helpers import helper_at
 from fsdp_lint.facts.imports import dotted_name
@@ -15,10 +13,6 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
-TORCH_SAVE = torch_api.TORCH_SAVE
-SAFETENSORS_SAVE = torch_api.SAFETENSORS_SAVE
-DISTRIBUTED_SETUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
-_NOT_A_MODEL = re.compile(r"tokenizer|processor|config|feature_extractor|image_processor", re.I)
 
 
 class SaveOnEveryRank(Rule):
@@ -115,7 +109,7 @@ distributed checkpoint depends on what the state holds.
         anchors = set()
         for site in facts.calls:
             qualname = facts.qualname(site.node.func)
-            if qualname in DISTRIBUTED_SETUP or qualname in torch_api.FSDP_CLASS or qualname in torch_api.FULLY_SHARD:
+            if qualname in torch_api.INIT_PROCESS_GROUP or qualname in torch_api.FSDP_CLASS or qualname in torch_api.FULLY_SHARD:
                 anchors.add(id(site.ctx.function))
         for wrap in modules.fsdp2_wraps:  # also a helper that shards, of this file or the project's
             anchors.add(id(wrap.site.ctx.function))
@@ -130,14 +124,14 @@ distributed checkpoint depends on what the state holds.
             qualname = facts.qualname(site.node.func)
             path = None
             what = None
-            if qualname in TORCH_SAVE or qualname in SAFETENSORS_SAVE:
+            if qualname in torch_api.TORCH_SAVE or qualname in torch_api.SAFETENSORS_SAVE:
                 bound, _ = bind_arguments(site.node.args, ("obj", "f"))
                 path = bound.get("f") or bound.get("filename")
                 path = path.value if path is not None else None
                 what = f"`{dotted_name(site.node.func)}`"
             elif site.attr == "save_pretrained" and isinstance(site.node.func, cst.Attribute):
                 receiver = dotted_name(site.node.func.value)
-                if receiver is None or not self._is_model(receiver, wrapped):
+                if receiver is None or not names_a_model(receiver, wrapped):
                     continue
                 bound, opaque = bind_arguments(site.node.args, ("save_directory",))
                 main = bound.get("is_main_process")
@@ -173,14 +167,6 @@ distributed checkpoint depends on what the state holds.
                 "the path, or use torch.distributed.checkpoint",
                 statement=site.ctx.statement,
             )
-
-    @staticmethod
-    def _is_model(receiver: str, wrapped) -> bool:
-        base = receiver[: -len(".module")] if receiver.endswith(".module") else receiver
-        if base in wrapped:
-            return True
-        last = receiver.rsplit(".", 1)[-1]
-        return "model" in last.lower() and not _NOT_A_MODEL.search(receiver)
 
     @staticmethod
     def _after_early_exit(facts, site, report) -> bool:
