@@ -118,8 +118,9 @@ def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None, project=No
         return list(rules)
     kinds = frozenset().union(*project_kinds(project, text).values())
     gate = _gate(rules)
-    if not kinds and gate is not None and not any(key in text and any(m in text for m in group) for key, group in gate):
-        return []
+    if not kinds and gate is not None and not (launch is not None and any(rule.launch_markers for rule in rules)) \
+            and not any(key in text and any(m in text for m in group) for key, group in gate):
+        return []  # (a launched file may be wanted by a rule's ``launch_markers`` alone)
     return [rule for rule in rules if rule.wanted(text, launch is not None) or not kinds.isdisjoint(rule.project_kinds)]
 
 
@@ -185,7 +186,8 @@ class FileGate:
     @property
     def screening(self) -> Screening:
         if self._screening is None:
-            self._screening = Screening(self.text, self.wanted, self._tree, project_kinds(self.project, self.text))
+            self._screening = Screening(self.text, self.wanted, self._tree, project_kinds(self.project, self.text),
+                                        self.launch is not None)
         return self._screening
 
     def __getstate__(self):

@@ -134,7 +134,10 @@ class _Frame:
 class Summary:
     """One walk over a module's ``ast``: what the screens ask."""
 
-    def __init__(self, tree: ast.Module, project: Optional[Dict[str, frozenset]] = None) -> None:
+    def __init__(self, tree: ast.Module, project: Optional[Dict[str, frozenset]] = None,
+                 launched: bool = False) -> None:
+        # a launch configuration starts the file with FSDP (``fsdp_lint.launch``)
+        self.launched = launched
         # what the project helpers this file imports do, by the dotted name a call writes
         # (``ProjectView.gate_kinds``: the project index's own summaries, not a copy here)
         self.project: Dict[str, frozenset] = project or {}
@@ -172,6 +175,8 @@ class Summary:
         compiled code uses), read from the walk: an identifier of code answers yes, one
         seen only in an annotation or a ``global`` statement is left to the compiler."""
         wanted = {marker for rule in rules for marker in rule.markers[0]}
+        if self.launched:  # a launch that turns FSDP on: the markers that then make a rule wanted
+            wanted |= {marker for rule in rules if rule.launch_markers for marker in rule.launch_markers[0]}
         code = self.identifiers | self.imported_modules
         if not code.isdisjoint(wanted):
             return True
@@ -890,7 +895,7 @@ def _stale_plugin(s: Summary) -> bool:
 def _fsd101(s: Summary) -> Iterator[ast.AST]:
     # an optimizer and a wrap (or a framework wrap) in the same function
     identifiers = s.names
-    framework = (s.imports_from("accelerate") and _stale_plugin(s)) or (
+    framework = (s.imports_from("accelerate") and (_stale_plugin(s) or s.launched)) or (
         s.imports_from("lightning") and any(i.endswith("ModelParallelStrategy") for i in identifiers)
     )
     wrapping = {key for key, _, _, _ in s.wraps()}  # with the project's sharding helpers
@@ -1154,13 +1159,15 @@ def _fsd107(s: Summary) -> Iterator[ast.AST]:
 def _fsd108(s: Summary) -> Iterator[ast.AST]:
     # a save in a function that sets up FSDP or the process group, in a file using FSDP
     wraps = s.wraps()
-    if not wraps and not s.imports_from(torch_api.FSDP_PACKAGE):
+    launched = s.launched and s.imports_from("accelerate")  # ``frameworks.launched_prepares``
+    if not wraps and not s.imports_from(torch_api.FSDP_PACKAGE) and not launched:
         return
     wrapped = set().union(*(names for _, _, _, names in wraps)) | s.fsdp1_annotated()
     wrapping = {key for key, _, _, _ in wraps}
     for key, frame in s.frames.items():
         if key not in wrapping and not any(
-                not s.qualnames(c.func).isdisjoint(torch_api.INIT_PROCESS_GROUP | _WRAPS) for c in frame.calls):
+                not s.qualnames(c.func).isdisjoint(torch_api.INIT_PROCESS_GROUP | _WRAPS) for c in frame.calls) and not (
+                launched and any(_last(c.func) == "prepare" for c in frame.calls)):
             continue
         for call in frame.calls:
             if not s.qualnames(call.func).isdisjoint(_SAVES) or "saves" in s.helper_kinds(call):
@@ -1229,9 +1236,10 @@ class Screening:
 
     def __init__(
         self, text: str, rules: Sequence[type], tree: Optional[ast.Module] = None,
-        project: Optional[Dict[str, frozenset]] = None,
+        project: Optional[Dict[str, frozenset]] = None, launched: bool = False,
     ) -> None:
         self.text = text
+        self.launched = launched  # ``Summary``'s: a launch configuration starts the text with FSDP
         self.project = project  # ``Summary``'s: what the project helpers the text calls do
         self.rules = list(rules)
         self.tree = tree if tree is not None else parse(text)  # ``tree``: the caller's parse of ``text``
@@ -1242,7 +1250,7 @@ class Screening:
     def _summarised(self) -> Optional[Summary]:
         if self._summary is None and not self._failed and self.tree is not None:
             try:
-                self._summary = Summary(self.tree, self.project)
+                self._summary = Summary(self.tree, self.project, self.launched)
             except Exception:  # noqa: BLE001 - deep nesting, or a bug here: never at a finding's price
                 self._failed = True
         return self._summary

@@ -148,6 +148,29 @@ def _dict_turns_fsdp_on(facts: ModuleFacts, site: CallSite, value) -> bool:
         entries = dict_entries(facts, source.expr)
         if entries and any(_turns_fsdp_on(key, item) for key, item in entries.items()):
             return True
+    return _item_turns_fsdp_on(facts, site, value)
+
+
+def _item_turns_fsdp_on(facts: ModuleFacts, site: CallSite, value) -> bool:
+    """``args["fsdp"] = "full_shard auto_wrap"`` (a literal key) in the same function, before
+    ``SFTConfig(**args)``: the dict is filled item by item (perhaps under an ``if``: FSDP may
+    be on)."""
+    name = dotted_name(value)
+    if name is None:
+        return False
+    for write in facts.mutations:
+        subscript = write.node
+        if write.ctx.function is not site.ctx.function or write.order > site.order:
+            continue
+        if not (isinstance(subscript, cst.Subscript) and dotted_name(subscript.value) == name
+                and len(subscript.slice) == 1 and isinstance(subscript.slice[0].slice, cst.Index)):
+            continue
+        statement = write.ctx.statement
+        assign = next((s for s in getattr(statement, "body", ()) if isinstance(s, cst.Assign)
+                       and any(t.target is subscript for t in s.targets)), None)
+        key = literal_string(subscript.slice[0].slice.value)
+        if assign is not None and key is not None and _turns_fsdp_on(key, assign.value):
+            return True
     return False
 
 
@@ -209,6 +232,22 @@ def _stale_plugin(facts: ModuleFacts) -> Optional[cst.Call]:
         if orig is not None and literal_bool(orig.value) is False:
             return site.node
         if orig is None and default_use_orig_params(facts, version is not None) is False:
+            return site.node
+    return _stale_launch(facts)
+
+
+def _stale_launch(facts: ModuleFacts) -> Optional[cst.Call]:
+    """No plugin in the file: an ``Accelerator(...)`` without ``fsdp_plugin=`` that ``accelerate
+    launch`` starts with an FSDP1 config saying ``fsdp_use_orig_params: false`` (accelerate
+    1.15.0 builds the plugin from that environment, ``utils/dataclasses.py`` l. 1938-1939)."""
+    launch = facts.launch
+    if launch is None or getattr(launch, "launcher", "") != "accelerate" or launch.use_orig_params is not False:
+        return None
+    if launch.version == 2:
+        return None
+    for site in facts.calls:
+        if facts.qualname(site.node.func) in ACCELERATOR and "fsdp_plugin" not in keyword_args(site.node) \
+                and not any(a.star for a in site.node.args):
             return site.node
     return None
 
@@ -277,6 +316,9 @@ def framework_wraps(facts: ModuleFacts) -> List[FrameworkWrap]:
 
 
 def _stale_how(facts: ModuleFacts, plugin: cst.Call) -> str:
+    if (facts.qualname(plugin.func) or "") in ACCELERATOR:
+        return (f"accelerate's FSDP1, whose `use_orig_params` comes from the launch: False in "
+                f"{facts.launch.source}")
     if "use_orig_params" in keyword_args(plugin):
         return "accelerate's FSDP1 plugin with `use_orig_params=False`"
     launch = facts.launch
@@ -300,3 +342,19 @@ def _fabric_strategy(facts: ModuleFacts, receiver, site: CallSite) -> Optional[c
             if isinstance(chosen.expr, cst.Call) and (facts.qualname(chosen.expr.func) or "").endswith("ModelParallelStrategy"):
                 return chosen.expr
     return None
+
+
+def launched_prepares(facts: ModuleFacts) -> List[CallSite]:
+    """``accelerator.prepare(...)`` calls of a file that ``accelerate launch`` starts with FSDP
+    (``facts.launch``): each shards the models among its arguments, so the function it stands
+    in sets up an FSDP run as ``FSDP(...)`` would."""
+    launch = facts.launch
+    if launch is None or getattr(launch, "launcher", "") != "accelerate":
+        return []
+    found = []
+    for site in facts.calls:
+        func = site.node.func
+        if site.attr == "prepare" and isinstance(func, cst.Attribute) \
+                and framework_of(facts, func.value, site) == "accelerator":
+            found.append(site)
+    return found

@@ -105,6 +105,10 @@ class Rule:
     # markers of ``marker_needs`` whose need (the text shows FSDP) a launch configuration
     # that turns FSDP on meets as well (``fsdp_lint.launch``)
     needs_met_by_launch: ClassVar[FrozenSet[str]] = frozenset()
+    # marker groups that make the rule wanted, instead of ``markers``, in a file a launch
+    # configuration starts with FSDP (the file itself then need not name FSDP: FSD101's
+    # ``accelerator.prepare`` under an ``accelerate launch`` FSDP1 config)
+    launch_markers: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
     # what a project helper the file calls does (``facts.helper_summary.kinds_of``) that
     # makes the rule wanted whatever the markers say: a module sharded by a helper of
     # another file is sharded for every rule that reads the file's FSDP2 wraps
@@ -166,7 +170,10 @@ class Rule:
         whole word of the text, so this drops only files that stage would drop, before
         anything is parsed.  A marker with an entry in ``marker_needs`` counts only where its
         pattern matches too, or, for ``needs_met_by_launch``, where the file is launched with
-        FSDP (``launched_fsdp``)."""
+        FSDP (``launched_fsdp``), where also ``launch_markers`` all occur instead."""
+        if launched_fsdp and cls.launch_markers and all(
+                any(marker in text for marker in group) for group in cls.launch_markers):
+            return True
         if not all(any(marker in text for marker in group) for group in cls.markers):
             return False
         if not cls.markers:

@@ -19,9 +19,10 @@ class OptimizerBeforeWrap(Rule):
     fix_availability = FIX_NEVER
     markers = (
         ("FullyShardedDataParallel", "fully_shard", "FullyShardedDataParallelPlugin", "ModelParallelStrategy"),
-        ("parameters(",),
+        ("parameters(", "configure_optimizers("),
         ("optim", "Adam", "SGD", "Adagrad", "Adadelta", "RMSprop", "Rprop", "Lion", "Lamb", "LAMB", "Adafactor"),
     )
+    launch_markers = (("prepare",), ("parameters(", "configure_optimizers("))
     doc = """\
 ## What it does
 Checks for an optimizer built from `m.parameters()` (or from param groups listed from

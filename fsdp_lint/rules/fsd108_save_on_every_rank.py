@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.frameworks import launched_prepares
 from fsdp_lint.facts.fsdp_modules import fsdp_modules, names_a_model
 from fsdp_lint.facts.helper_summary import argument
 from fsdp_lint.facts.helpers import helper_at
@@ -25,6 +26,7 @@ class SaveOnEveryRank(Rule):
         ("save", "save_pretrained", "save_file", "save_model"),
         ("FullyShardedDataParallel", "fully_shard", "torch.distributed.fsdp"),
     )
+    launch_markers = (("save", "save_pretrained", "save_file", "save_model"), ("prepare",))
     doc = """\
 ## What it does
 Checks, in a file that uses torch FSDP (it imports `torch.distributed.fsdp` or wraps a
@@ -113,8 +115,11 @@ distributed checkpoint depends on what the state holds.
                 anchors.add(id(site.ctx.function))
         for wrap in modules.fsdp2_wraps:  # also a helper that shards, of this file or the project's
             anchors.add(id(wrap.site.ctx.function))
+        prepares = launched_prepares(facts)  # ``accelerate launch`` with FSDP: ``prepare`` shards
+        for site in prepares:
+            anchors.add(id(site.ctx.function))
         if not anchors or not (facts.imports.imports_from(torch_api.FSDP_PACKAGE) or modules.wraps
-                               or modules.fsdp2_wraps):
+                               or modules.fsdp2_wraps or prepares):
             return
         wrapped = set(modules.fsdp1) | set(modules.fsdp2)
 
@@ -160,6 +165,8 @@ distributed checkpoint depends on what the state holds.
                 continue  # ``@rank_zero_only`` (Lightning) runs the function on rank 0 only
             if self._after_early_exit(facts, site, report):
                 continue
+            if prepares and not (modules.wraps or modules.fsdp2_wraps) and facts.launch is not None:
+                what += f" (FSDP is turned on by {facts.launch.source})"
             report(
                 site.node,
                 f"{what} runs on every rank and every rank writes the same path: the last writer wins and the "
