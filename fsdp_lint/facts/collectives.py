@@ -173,9 +173,11 @@ def _inside_own_summon(facts: ModuleFacts, model, site: CallSite) -> bool:
 
 def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site: CallSite) -> bool:
     """``model.state_dict()`` at ``site`` all-gathers: ``model`` is FSDP1-wrapped there (or,
-    where its origin cannot be followed, a name the file binds to an FSDP1 module)."""
+    where its origin cannot be followed, a name the file binds to an FSDP1 module; a value
+    followed to a call the file cannot see into, ``model = config.instantiate(cfg)``, is not
+    taken for the FSDP module the same name holds elsewhere: ``Origins.opaque``)."""
     found = origins(facts, model, site.ctx, site.order)
-    return bool(found.fsdp1 or (not found.complete and not found.wraps and not found.plain
+    return bool(found.fsdp1 or (not found.complete and not found.wraps and not found.plain and not found.opaque
                                 and dotted_name(model) in fsdp_modules(facts).fsdp1))
 
 

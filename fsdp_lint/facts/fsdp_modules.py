@@ -65,6 +65,10 @@ class Origins:
     wraps: List[Origin] = field(default_factory=list)
     complete: bool = True  # every path was followed (False: some path is not visible here)
     plain: bool = False  # some path leads to a module that is not FSDP-wrapped there
+    # some path leads to a call this file cannot see into (``config.instantiate(cfg)``,
+    # ``build_model()``): the value is this file's to know, and it is unknown; the policy for
+    # the unknown is that such a value has no configuration another model of the file has
+    opaque: bool = False
 
     @property
     def fsdp1(self) -> List[Origin]:
@@ -280,6 +284,7 @@ def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: 
             result.plain = True
         else:
             result.complete = False
+            result.opaque = result.opaque or isinstance(source.expr, cst.Call)
     return result
 
 
@@ -293,11 +298,12 @@ def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression],
     callers = calls_of(facts, ctx.function)
     if not callers:
         return result
-    merged = Origins(list(result.wraps), complete=True, plain=result.plain)
+    merged = Origins(list(result.wraps), complete=True, plain=result.plain, opaque=result.opaque)
     for call in callers:
         through = origins(facts, expr, ctx, order, (call,))
         merged.wraps.extend(o for o in through.wraps if o not in merged.wraps)
         merged.plain = merged.plain or through.plain
+        merged.opaque = merged.opaque or through.opaque
         merged.complete = merged.complete and through.complete
     return merged
 
