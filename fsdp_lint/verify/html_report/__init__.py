@@ -29,7 +29,7 @@ def missing() -> Optional[str]:
 
 def _page():
     # matplotlib is an optional extra and costs about 0.4 s to import: only --report loads it
-    from fsdp_lint.verify.html_report import page
+    import fsdp_lint.verify.html_report.page as page
 
     return page
 
