@@ -91,7 +91,7 @@ def test_offload_in_config_is_missed_by_static_analysis(cli, tmp_path):
                                      "--", "--steps", "4")
     assert f"report written: {page}" in stderr
     read_back = Page(page.read_text(encoding="utf-8"))
-    assert read_back.external == [] and read_back.of_class("job")[0]["svgs"] >= 2  # how ranks ended, step times
+    assert read_back.external == [] and read_back.of_class("job")[0]["svgs"] >= 1  # how each rank ended
     missed_sections = [s for s in read_back.of_class("finding") if "MISSED BY STATIC ANALYSIS" in s["text"]]
     assert {s["rule"] for s in missed_sections} >= {"FSD001"} and all(s["svgs"] == 1 for s in missed_sections)
     summon_line = _line_of((EXAMPLE / "checkpoint_utils.py").read_text(), "summon_full_params(")
