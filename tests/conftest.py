@@ -32,9 +32,10 @@ class VerifyRun:
     """One finished ``fsdp-lint verify --format json --log-dir LOG_DIR`` run: its process
     result, its JSON and its logs, judged by every test that needs those programs' results."""
 
-    def __init__(self, result, log_dir: Path):
+    def __init__(self, result, log_dir: Path, report: Path = None):
         self.result = result
         self.log_dir = log_dir
+        self.report = report  # the run's --report page
         self.data = json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
 
     def rows(self, codes=None, forms=None):
@@ -92,7 +93,8 @@ def _start_shared_verify(request, tmp_path_factory):
     log_dir.mkdir(exist_ok=True)
     subprocess.Popen(
         [sys.executable, "-c", _RUNNER, str(root / "verify.out"), str(root / "verify.err"), str(root / "verify.rc"),
-         sys.executable, "-m", "fsdp_lint", *_VERIFY_ARGS, "--log-dir", str(log_dir)],
+         sys.executable, "-m", "fsdp_lint", *_VERIFY_ARGS, "--log-dir", str(log_dir),
+         "--report", str(root / "verify-report.html")],
         env={**os.environ, "PYTHONIOENCODING": "utf-8"}, start_new_session=True,
     )
 
@@ -105,7 +107,7 @@ def verify_every_rule_on_cpu(tmp_path_factory, _start_shared_verify):
     judges the whole run, tests/test_verify_nodes.py compares two nodes' verdicts with its
     FSD004 and FSD102 rows, tests/test_verify_frameworks.py judges its framework forms,
     tests/test_verify_program.py judges what the runtime layer found in each rule's flagged
-    and fixed program."""
+    and fixed program, tests/test_html_report.py the HTML page it wrote (``--report``)."""
     pytest.importorskip("torch")
     root = _shared_root(tmp_path_factory)
     rc = root / "verify.rc"
@@ -118,4 +120,4 @@ def verify_every_rule_on_cpu(tmp_path_factory, _start_shared_verify):
         [sys.executable, "-m", "fsdp_lint", *_VERIFY_ARGS], int(rc.read_text()),
         (root / "verify.out").read_text(encoding="utf-8"), (root / "verify.err").read_text(encoding="utf-8"),
     )
-    return VerifyRun(result, root / "verify-every-rule")
+    return VerifyRun(result, root / "verify-every-rule", root / "verify-report.html")

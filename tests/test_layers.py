@@ -105,6 +105,9 @@ LAZY_IMPORTS = {
         "fsdp_lint.cli.check", "fsdp_lint.cli.rule", "fsdp_lint.cli.rules", "fsdp_lint.server",
         "fsdp_lint.verify.command",
     },
+    # matplotlib (the optional 'report' extra, about 0.4 s to import) is loaded only when
+    # `verify --report` writes a page: `verify` without it, and the linter, never load it.
+    ("verify/html_report/__init__.py", "_page"): {"fsdp_lint.verify.html_report.page"},
     # Not deferred: runs once, when fsdp_lint.rules is imported, and imports every rule module
     # it finds (the registry is the rule files present).
     ("rules/__init__.py", "_discover"): {"importlib.import_module()"},

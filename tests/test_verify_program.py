@@ -20,6 +20,7 @@ from fsdp_lint.verify.program.evidence import collect
 from fsdp_lint.verify.program.join import CONFIRMED, ERROR, MISSED, NOT_REACHED, RAN_CLEAN, join
 from fsdp_lint.verify.program.options import OptionsError, parse, wants_program
 from fsdp_lint.verify.program.report import RunInfo, exit_status, render, to_sarif
+from tests.report_page import Page
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "offload_in_config"
@@ -85,7 +86,14 @@ def test_scenario_flagged_is_confirmed_and_fixed_reports_nothing(verify_every_ru
 
 @pytest.mark.slow
 def test_offload_in_config_is_missed_by_static_analysis(cli, tmp_path):
-    status, report, _ = _verify(cli, EXAMPLE / "train.py", tmp_path / "logs", "--", "--steps", "4")
+    page = tmp_path / "job.html"  # --report on a real job (tests/test_html_report.py checks the page in depth)
+    status, report, stderr = _verify(cli, EXAMPLE / "train.py", tmp_path / "logs", "--report", page,
+                                     "--", "--steps", "4")
+    assert f"report written: {page}" in stderr
+    read_back = Page(page.read_text(encoding="utf-8"))
+    assert read_back.external == [] and read_back.of_class("job")[0]["svgs"] >= 1  # how each rank ended
+    missed_sections = [s for s in read_back.of_class("finding") if "MISSED BY STATIC ANALYSIS" in s["text"]]
+    assert {s["rule"] for s in missed_sections} >= {"FSD001"} and all(s["svgs"] == 1 for s in missed_sections)
     summon_line = _line_of((EXAMPLE / "checkpoint_utils.py").read_text(), "summon_full_params(")
     missed = [m for m in report["missed"] if m["code"] == "FSD001"]
     assert missed, json.dumps(report, indent=1)

@@ -4,8 +4,9 @@ The hazard: every timed step all-gathers the whole model once more, inside the s
 block, on top of the forward's and backward's own all-gathers.  The bytes are counted where
 FSDP all-gathers a flat parameter (``FlatParamHandle._all_gather_flat_param``), so the
 verdict does not depend on timing, which a busy machine distorts; each program's median
-step time is reported beside it.  The fixed program guards the summon to every 1000 steps:
-its timed steps gather nothing in the block.
+step time is reported beside it, and each timed step's time and bytes all-gathered
+(forward, backward and block) for the plots of ``verify --report``.  The fixed program
+guards the summon to every 1000 steps: its timed steps gather nothing in the block.
 """
 
 import time
@@ -45,10 +46,11 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     batch = torch.randn(4, width, device=where)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    times, in_block = [], []
+    times, in_block, per_step = [], [], []
     for step in range(WARMUP + STEPS):
         sync()
         start = time.perf_counter()
+        step_start = gathered[0]
         loss = model(batch).square().mean()
         loss.backward()
         optimizer.step()
@@ -59,12 +61,15 @@ def main():
         in_block.append(gathered[0] - before)
         sync()
         times.append(time.perf_counter() - start)
+        per_step.append(gathered[0] - step_start)
     seconds = _harness.median(times[WARMUP:])
     timed = in_block[WARMUP:]
     every = sum(1 for b in timed if b >= full_bytes)
     _harness.report(
         hazard=every == len(timed),
         step_time=seconds,
+        step_times=[round(t, 6) for t in times[WARMUP:]],
+        step_gathered=per_step[WARMUP:],
         detail=f"{every} of {len(timed)} steps all-gathered the full model ({full_bytes / MB:.1f} MB) again in the "
         f"summon block, {sum(timed) / MB:.1f} MB in all; median step {seconds * 1000:.2f} ms, {count} parameters",
     )

@@ -15,7 +15,7 @@ from fsdp_lint.engine import lint_text
 from fsdp_lint.fixer import fix_text
 from fsdp_lint.rules import ALL_RULES, UnknownRuleError, lookup
 from fsdp_lint.scenarios.registry import forms, scenarios_for, variants
-from fsdp_lint.verify import records
+from fsdp_lint.verify import html_report, records
 from fsdp_lint.verify.judge import ERROR, SKIPPED, Judgement, judge, summarize
 from fsdp_lint.verify.launcher import Topology, launch, probe
 from fsdp_lint.verify.program.command import ENTRY, SPEC_ENV, run_program, static_findings
@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--record", metavar="DIR", default=None,
         help="write a machine record of the run (versions, hashes, every rank's exit and evidence) into DIR",
+    )
+    parser.add_argument(
+        "--report", metavar="FILE", default=None,
+        help="write the run as one self-contained HTML page with plots (each rule's evidence, where hung ranks "
+        "were blocked, a rule-by-torch grid for --python); needs the 'report' extra (matplotlib)",
     )
     parser.add_argument(
         "--python", metavar="PATH", action="append", default=None,
@@ -263,6 +268,9 @@ def run_verify(argv) -> int:
         print(f"fsdp-lint verify: error: no selected rule has the form {', '.join(map(repr, unknown))} "
               f"(forms: {', '.join(known)})", file=sys.stderr)
         return 2
+    if args.report and html_report.missing():
+        print(f"fsdp-lint verify: error: {html_report.missing()}", file=sys.stderr)
+        return 2
     topology = Topology(
         nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
         rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
@@ -283,7 +291,7 @@ def run_verify(argv) -> int:
         print(line, file=sys.stderr, flush=True)
 
     source = None
-    if args.record:
+    if args.record or args.report:
         source = records.source_state()
     runs = []
     try:
@@ -303,13 +311,18 @@ def run_verify(argv) -> int:
         print(f"fsdp-lint verify: interrupted; the torchrun jobs were stopped; logs so far: {root}{os.sep}",
               file=sys.stderr, flush=True)
         return 130
+    built = [
+        records.build(
+            run.info, topology, run.backend, args.device, results, ["fsdp-lint", "verify", *argv], source,
+            some_rules=bool(args.rules or args.form), some_forms=args.form,
+        )
+        for run, results in runs
+    ] if args.record or args.report else []
     if args.record:
-        for run, results in runs:
-            record = records.build(
-                run.info, topology, run.backend, args.device, results, ["fsdp-lint", "verify", *argv], source,
-                some_rules=bool(args.rules or args.form), some_forms=args.form,
-            )
+        for record in built:
             progress(f"record written: {records.write(record, Path(args.record))}")
+    if args.report:  # the page is built from the same records
+        progress(f"report written: {html_report.write_rules(args.report, built)}")
     if args.format == "json":
         print(json.dumps(_json(runs, args, topology, root), indent=2))
     elif len(runs) == 1:

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional
 
 import fsdp_lint
 from fsdp_lint.verify.logs import failure_line
+from fsdp_lint.verify.stacks import main_thread_stack
 
 FORMAT = "fsdp-lint-verify-record/1"
 PACKAGE = Path(fsdp_lint.__file__).resolve().parent
@@ -74,7 +75,73 @@ def git_state() -> Dict[str, Optional[object]]:
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
 
 
-def _rank_entry(rank) -> dict:
+LAST_EVENTS = 16  # the runtime layer's events kept per rank of a hung program
+STACK_FRAMES = 40  # innermost frames kept of a hung rank's stack
+
+
+def short_file(path: str) -> str:
+    """A frame's file as the report shows it: ``torch/distributed/distributed_c10d.py``
+    from the installed torch, else the file's name (scenario programs live in temp folders)."""
+    path = path.replace(os.sep, "/")
+    at = path.rfind("/torch/")
+    return path[at + 1:] if at >= 0 else path.rsplit("/", 1)[-1]
+
+
+def _own_file(path: str) -> bool:
+    """Whether a frame's file is the user's (or scenario's) code: not torch, not fsdp-lint's
+    runtime layer, not the standard library or another installed package."""
+    path = path.replace(os.sep, "/")
+    if path.startswith("<"):  # <frozen runpy>, <string>: not a file of the program
+        return False
+    return not any(part in path for part in ("/torch/", "/fsdp_lint/", "/lib/python3", "/site-packages/"))
+
+
+def hung_stack(text: str) -> List[dict]:
+    """A hung rank's program thread at its last stack dump, outermost frame first; ``own``:
+    a frame of the program's own code."""
+    frames = main_thread_stack(text)[-STACK_FRAMES:]
+    return [{"file": short_file(f.file), "line": f.line, "func": f.func, "own": _own_file(f.file)} for f in frames]
+
+
+def last_events(log_dir: str, rank: int) -> Optional[dict]:
+    """The last events the runtime layer wrote for ``rank`` (``verify --observe``), with
+    times in seconds from the rank's start, and when the rank was stopped; None when the
+    program did not run under the layer."""
+    rows = []
+    try:
+        with open(os.path.join(log_dir, f"rank{rank}.events.jsonl"), encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue  # a line cut by the kill
+    except OSError:
+        return None
+    start = next((row["t"] for row in rows if row.get("e") == "start" and "t" in row), None)
+    if start is None:
+        return None
+    kept = []
+    for row in rows[-LAST_EVENTS:]:
+        site = row.get("site")
+        kept.append({
+            "e": row.get("e"), "t": round(row.get("t", start) - start, 4), "step": row.get("step"),
+            **({"api": row["api"]} if row.get("api") else {}),
+            **({"rule": row["rule"]} if row.get("rule") else {}),
+            **({"site": [short_file(str(site[0])), site[1]]} if isinstance(site, list) and len(site) == 2 else {}),
+        })
+    stopped = None
+    try:
+        with open(os.path.join(log_dir, f"rank{rank}.exit.json"), encoding="utf-8") as handle:
+            ended = json.load(handle)
+        stopped = ended.get("terminated_at") or ended.get("ended_at")
+    except (OSError, ValueError):
+        pass
+    return {"events": kept, "stopped": round(stopped - start, 4) if stopped else None}
+
+
+def _rank_entry(rank, log_dir: str = "", hang: bool = False) -> dict:
+    """``hang``: the program was stopped as hung: the entry keeps where the rank was (its
+    stack, when it was still running) and its last observed calls."""
     entry = {
         "rank": rank.rank,
         "returncode": rank.returncode,
@@ -87,6 +154,12 @@ def _rank_entry(rank) -> dict:
         entry["report"] = rank.report
     if rank.returncode not in (0, None) or rank.hung:
         entry["failure_line"] = failure_line(rank.log_text())
+    if hang and rank.hung:
+        entry["stack"] = hung_stack(rank.log_text())
+    if hang and log_dir:
+        timeline = last_events(log_dir, rank.rank)
+        if timeline is not None:
+            entry["timeline"] = timeline
     return entry
 
 
@@ -96,7 +169,7 @@ def _program_entry(outcome) -> dict:
         "timed_out": outcome.timed_out,
         "hang_decided": outcome.hang_decided or None,
         "launcher_error": outcome.launcher_error,
-        "ranks": [_rank_entry(rank) for rank in outcome.ranks],
+        "ranks": [_rank_entry(rank, outcome.log_dir, bool(outcome.timed_out)) for rank in outcome.ranks],
     }
 
 

@@ -85,6 +85,15 @@ def _main_thread(threads: List[List[Frame]]) -> Optional[List[Frame]]:
 _NOT_PEER_WAITS = ("/torch/distributed/checkpoint/", "/torch/distributed/elastic/")
 
 
+def main_thread_stack(text: str) -> List[Frame]:
+    """The program's thread in the last stack dump of a rank's log, outermost frame first
+    (the shim's boot code left out); empty without a dump.  A dump without the shim's boot
+    frame (a program run some other way) gives its first thread."""
+    threads = last_dump(text)
+    main = _main_thread(threads) or (threads[0] if threads else [])
+    return [f for f in reversed(main) if f.file != "<string>"]
+
+
 def waits_in_torch_distributed(text: str) -> bool:
     """Whether the last stack dump in a rank's log shows its main thread inside a
     torch.distributed call (its innermost Python frame is torch.distributed code that waits

@@ -11,14 +11,17 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from fsdp_lint import __version__
 from fsdp_lint.check import Settings, run_files
 from fsdp_lint.diagnostics import INTERNAL_ERROR, IO_ERROR, SYNTAX_ERROR
 from fsdp_lint.files import discover
+from fsdp_lint.verify import html_report
 from fsdp_lint.verify.launcher import launch, probe
 from fsdp_lint.verify.program.evidence import collect
 from fsdp_lint.verify.program.join import join
 from fsdp_lint.verify.program.options import OptionsError, ProgramOptions, parse
-from fsdp_lint.verify.program.report import RunInfo, exit_status, render
+from fsdp_lint.verify.program.report import RunInfo, exit_status, render, to_json
+from fsdp_lint.verify.records import git_state
 
 ENTRY = Path(__file__).resolve().parent / "_entry.py"
 SPEC_ENV = "FSDP_LINT_OBSERVE"  # the layer's spec (``observe.SPEC_ENV``; observe imports torch, this process never does)
@@ -84,6 +87,9 @@ def run_program(argv: List[str]) -> int:
     except OptionsError as exc:
         print(f"fsdp-lint verify: error: {exc}", file=sys.stderr)
         return 2
+    if opts.report and html_report.missing():
+        print(f"fsdp-lint verify: error: {html_report.missing()}", file=sys.stderr)
+        return 2
     paths, problem = source_paths(opts)
     if problem:
         print(f"fsdp-lint verify: error: {problem}", file=sys.stderr)
@@ -119,4 +125,8 @@ def run_program(argv: List[str]) -> int:
     verification = join(findings, collect(outcome, opts.nproc))
     info = RunInfo(opts.target, torch_info["version"], opts.nproc, backend, device, str(log_dir), seconds)
     print(render(verification, info, opts.output_format))
+    if opts.report:
+        source = {"version": __version__, **git_state()}
+        path = html_report.write_program(opts.report, to_json(verification, info), source, seconds)
+        _progress(f"report written: {path}")
     return exit_status(verification)

@@ -36,6 +36,7 @@ class ProgramOptions:
     checksums: bool
     device: Optional[str]
     backend: Optional[str]
+    report: Optional[str] = None
     program_args: List[str] = field(default_factory=list)
     torchrun_env: Dict[str, str] = field(default_factory=dict)
 
@@ -75,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="FSDP_LINT_DEVICE for programs built on fsdp-lint's scenario harness (default: cuda "
                         "when enough GPUs are visible, else cpu)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="likewise FSDP_LINT_BACKEND")
+    parser.add_argument("--report", metavar="FILE", default=None,
+                        help="also write the job as one self-contained HTML page with plots (each finding's "
+                        "evidence, when its site ran on each rank, where hung ranks were blocked); needs the "
+                        "'report' extra (matplotlib)")
     return parser
 
 
@@ -128,6 +133,7 @@ def parse(argv: List[str]) -> ProgramOptions:
         checksums=args.checksums,
         device=args.device,
         backend=args.backend,
+        report=args.report,
         program_args=program_args,
         torchrun_env=_torchrun_env(extra),
     )
