@@ -1,4 +1,5 @@
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -121,3 +122,35 @@ def verify_every_rule_on_cpu(tmp_path_factory, _start_shared_verify):
         (root / "verify.out").read_text(encoding="utf-8"), (root / "verify.err").read_text(encoding="utf-8"),
     )
     return VerifyRun(result, root / "verify-every-rule", root / "verify-report.html")
+
+
+# pre-commit's tests install the hook from one committed snapshot of this working tree into
+# one PRE_COMMIT_HOME shared by every test process of the session: pre-commit builds the
+# hook's environment once per (repository, revision) and locks its store while it does, so
+# the tests that run the hook (tests/test_pre_commit.py, tests/test_notebooks.py) pay for
+# one build instead of one per test.
+def _git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def pre_commit_hook(tmp_path_factory):
+    """(snapshot folder, its commit, the shared PRE_COMMIT_HOME)."""
+    from filelock import FileLock
+
+    root = _shared_root(tmp_path_factory)
+    snapshot, home = root / "hook-repo", root / "pre-commit-home"
+    with FileLock(str(root / "hook-repo.lock")):
+        if not (snapshot / ".git").is_dir() or not (root / "hook-repo.done").exists():
+            snapshot.mkdir(exist_ok=True)
+            for name in _git("ls-files", "-co", "--exclude-standard", cwd=ROOT).splitlines():
+                source = ROOT / name
+                if source.is_file() and not name.startswith("tests/data"):
+                    (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source, snapshot / name)
+            for args in (("init", "-q", "-b", "main"), ("add", "-A"),
+                         ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "s")):
+                _git(*args, cwd=snapshot)
+            home.mkdir(exist_ok=True)
+            (root / "hook-repo.done").write_text("")
+    return snapshot, _git("rev-parse", "HEAD", cwd=snapshot), home

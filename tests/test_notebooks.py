@@ -173,27 +173,18 @@ def test_cell_map_and_writing_back_refuse_what_cannot_be_mapped():
 
 
 @pytest.mark.slow
-def test_pre_commit_runs_the_hook_on_notebooks(tmp_path, tmp_path_factory):
+def test_pre_commit_runs_the_hook_on_notebooks(tmp_path, pre_commit_hook):
     """The real pre-commit with the hook's `types_or: [python, pyi, jupyter]`: a staged
     notebook is checked, and the --fix hook fixes its cell."""
     pytest.importorskip("pre_commit")
     from tests.test_pre_commit import git, pre_commit
 
-    root = Path(__file__).resolve().parent.parent
-    snapshot = tmp_path_factory.mktemp("hook-repo")
-    for name in git("ls-files", "-co", "--exclude-standard", cwd=root).splitlines():
-        if (root / name).is_file() and not name.startswith("tests/data"):
-            (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(root / name, snapshot / name)
-    for args in (("init", "-q", "-b", "main"), ("add", "-A"), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "s")):
-        git(*args, cwd=snapshot)
-    rev = git("rev-parse", "HEAD", cwd=snapshot)
+    snapshot, rev, home = pre_commit_hook
     repo = tmp_path / "user"
     repo.mkdir()
     git("init", "-q", cwd=repo)
     make_notebook(repo / "demo.ipynb", FSD001_CELLS)
     git("add", "demo.ipynb", cwd=repo)
-    home = tmp_path_factory.mktemp("pre-commit-home")
     blocked = pre_commit("try-repo", str(snapshot), "fsdp-lint", "--files", "demo.ipynb", cwd=repo, home=home)
     assert blocked.returncode == 1 and "demo.ipynb:cell 5:1:6: FSD001" in blocked.stdout, blocked.stdout + blocked.stderr
     (repo / ".pre-commit-config.yaml").write_text(

@@ -20,19 +20,10 @@ def git(*args, cwd):
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def hook_repo(tmp_path_factory):
+@pytest.fixture
+def hook_repo(pre_commit_hook):
     """A committed snapshot of this working tree (what pre-commit installs the hook from)."""
-    snapshot = tmp_path_factory.mktemp("hook-repo")
-    files = git("ls-files", "-co", "--exclude-standard", cwd=ROOT).splitlines()
-    for name in files:
-        source = ROOT / name
-        if source.is_file() and not name.startswith("tests/data"):
-            (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, snapshot / name)
-    for args in (("init", "-q", "-b", "main"), ("add", "-A"), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "s")):
-        git(*args, cwd=snapshot)
-    return snapshot, git("rev-parse", "HEAD", cwd=snapshot)
+    return pre_commit_hook[:2]
 
 
 @pytest.fixture
@@ -50,9 +41,9 @@ def pre_commit(*args, cwd, home):
     return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=cwd, capture_output=True, text=True, env=env)
 
 
-def test_hook_blocks_then_fix_hook_rewrites_then_passes(hook_repo, user_repo, tmp_path_factory):
+def test_hook_blocks_then_fix_hook_rewrites_then_passes(hook_repo, user_repo, pre_commit_hook):
     snapshot, rev = hook_repo
-    home = tmp_path_factory.mktemp("pre-commit-home")
+    home = pre_commit_hook[2]
     blocked = pre_commit("try-repo", str(snapshot), "fsdp-lint", "--files", "train.py", cwd=user_repo, home=home)
     assert blocked.returncode == 1, blocked.stdout + blocked.stderr
     assert "FSD001" in blocked.stdout
@@ -77,11 +68,11 @@ def _readme_snippet() -> str:
     return section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
-def test_readme_snippet_works_and_autoupdate_pins_a_commit(hook_repo, user_repo, tmp_path_factory):
+def test_readme_snippet_works_and_autoupdate_pins_a_commit(hook_repo, user_repo, pre_commit_hook):
     """The README's configuration, pointed at a copy of this repository (no release tags,
     like the real one), installs and runs; `pre-commit autoupdate` then pins a commit."""
     snapshot, rev = hook_repo
-    home = tmp_path_factory.mktemp("pre-commit-home")
+    home = pre_commit_hook[2]
     snippet = _readme_snippet()
     assert "https://github.com/fsdp-lint/fsdp-lint" in snippet
     config = user_repo / ".pre-commit-config.yaml"
