@@ -74,7 +74,7 @@ def comments(text):
     return sorted(re.findall(r"#[^\r\n]*", text))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(module(), st.booleans())
 def test_fix_properties(text, unsafe):
     found = lint_text(text, "gen.py", ALL_RULES).diagnostics  # linting never raises

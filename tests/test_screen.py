@@ -333,7 +333,7 @@ from tests.generated_modules import generate  # noqa: E402
 _generated = lambda: st.randoms(use_true_random=False).map(generate)  # noqa: E731
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(_generated())
 def test_generated_modules_same_with_and_without_the_screen(text):
     from _pytest.monkeypatch import MonkeyPatch
