@@ -1166,7 +1166,8 @@ def _fsd108(s: Summary) -> Iterator[ast.AST]:
     wrapping = {key for key, _, _, _ in wraps}
     for key, frame in s.frames.items():
         if key not in wrapping and not any(
-                not s.qualnames(c.func).isdisjoint(torch_api.INIT_PROCESS_GROUP | _WRAPS) for c in frame.calls) and not (
+                not s.qualnames(c.func).isdisjoint(torch_api.INIT_PROCESS_GROUP | _WRAPS)
+                or any(torch_api.is_fsdp_api(q) for q in s.qualnames(c.func)) for c in frame.calls) and not (
                 launched and any(_last(c.func) == "prepare" for c in frame.calls)):
             continue
         for call in frame.calls:

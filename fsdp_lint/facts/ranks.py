@@ -310,6 +310,26 @@ def restricted_to_some_ranks(facts: ModuleFacts, ctx: Context) -> bool:
     return rank_guard(facts, ctx) is not None
 
 
+def on_every_rank_but_one(facts: ModuleFacts, ctx: Context) -> Optional[cst.If]:
+    """The ``if`` whose other branch runs on one rank only, when code at ``ctx`` stands on
+    the side that runs on every other rank (``else:`` of ``if rank == 0:``, the body of
+    ``if rank != 0:``, the rest of a block after ``if is_main: return``) and no other guard
+    narrows it: no one-rank guard or decorator, no other rank test, no single-process
+    branch.  Several ranks run that code (all but one); None otherwise."""
+    if rank_guard(facts, ctx) is not None:
+        return None
+    found = None
+    for guard in ctx.guards:
+        test = guard.node.test
+        side = one_rank_branch(test, facts, ctx, guard.order)
+        if side is not None and side != guard.branch:
+            found = guard.node
+            continue
+        if mentions_rank(test) or single_process_branch(test) is not None:
+            return None
+    return found
+
+
 def per_rank_path(facts: ModuleFacts, site, expr, depth: int = 0) -> bool:
     """A path written at ``site`` that differs between ranks or processes: it names a rank
     (``f"ckpt_{rank}.pt"``), is an in-memory buffer, or a temporary file or folder made by

@@ -2,6 +2,13 @@
 
 FSDP_PACKAGE = "torch.distributed.fsdp"
 
+
+def is_fsdp_api(qualname) -> bool:
+    """A name of torch's FSDP package (``FSDP.state_dict_type``, ``FullStateDictConfig``,
+    ``fully_shard``...): code that calls one works with FSDP modules."""
+    return bool(qualname) and qualname.startswith(FSDP_PACKAGE + ".")
+
+
 FSDP_CLASS = frozenset(
     {
         "torch.distributed.fsdp.FullyShardedDataParallel",

@@ -8,7 +8,7 @@ from fsdp_lint.facts.fsdp_modules import fsdp_modules, names_a_model
 from fsdp_lint.facts.helper_summary import argument
 from fsdp_lint.facts.helpers import helper_at
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.ranks import mentions_rank, per_rank_path, restricted_to_some_ranks
+from fsdp_lint.facts.ranks import mentions_rank, on_every_rank_but_one, per_rank_path, restricted_to_some_ranks
 from fsdp_lint.facts.values import bind_arguments, literal_bool
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -111,8 +111,8 @@ distributed checkpoint depends on what the state holds.
         anchors = set()
         for site in facts.calls:
             qualname = facts.qualname(site.node.func)
-            if qualname in torch_api.INIT_PROCESS_GROUP or qualname in torch_api.FSDP_CLASS or qualname in torch_api.FULLY_SHARD:
-                anchors.add(id(site.ctx.function))
+            if qualname in torch_api.INIT_PROCESS_GROUP or qualname in torch_api.FULLY_SHARD or torch_api.is_fsdp_api(qualname):
+                anchors.add(id(site.ctx.function))  # sets up the run, or works with FSDP modules
         for wrap in modules.fsdp2_wraps:  # also a helper that shards, of this file or the project's
             anchors.add(id(wrap.site.ctx.function))
         prepares = launched_prepares(facts)  # ``accelerate launch`` with FSDP: ``prepare`` shards
@@ -158,18 +158,22 @@ distributed checkpoint depends on what the state holds.
                 continue
             if path is not site.node and per_rank_path(facts, site, path):
                 continue
-            if restricted_to_some_ranks(facts, site.ctx):
+            others = on_every_rank_but_one(facts, site.ctx)
+            if restricted_to_some_ranks(facts, site.ctx) and others is None:
                 continue  # a rank test, a single-process branch, a one-rank decorator (facts.ranks)
             function = site.ctx.function
             if function is not None and any(mentions_rank(d.decorator) for d in function.decorators):
                 continue  # ``@rank_zero_only`` (Lightning) runs the function on rank 0 only
-            if self._after_early_exit(facts, site, report):
+            if others is None and self._after_early_exit(facts, site, report):
                 continue
             if prepares and not (modules.wraps or modules.fsdp2_wraps) and facts.launch is not None:
                 what += f" (FSDP is turned on by {facts.launch.source})"
+            runs = "runs on every rank and every rank writes" if others is None else (
+                f"runs on every rank but one (the other side of the rank test at line {report.row(others)}) and "
+                "those ranks write")
             report(
                 site.node,
-                f"{what} runs on every rank and every rank writes the same path: the last writer wins and the "
+                f"{what} {runs} the same path: the last writer wins and the "
                 "other ranks' data is lost (or the file is corrupted); save under a rank test, put the rank in "
                 "the path, or use torch.distributed.checkpoint",
                 statement=site.ctx.statement,
