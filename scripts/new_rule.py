@@ -2,8 +2,8 @@
 
 Creates, ready for the rule's logic (ruff's ``add_rule`` idea):
 - ``fsdp_lint/rules/fsd109_my_rule_name.py``: the rule class with code, name, markers and a doc
-  in ruff's sections (What it does / Why is this bad? / Example / Use instead / Fix safety /
-  References) whose examples the tests run, and an empty ``check``;
+  in ruff's sections (What it does / Why is this bad? / Example / Use instead / Known
+  problems / Fix safety / References) whose examples the tests run, and an empty ``check``;
 - ``fixtures/FSD109/{fires,quiet,fix}/`` with ``fires/expected.txt``;
 - ``fsdp_lint/scenarios/fsd109_my_rule_name.py``: a scenario program stub using ``_harness``,
   and its entry in ``fsdp_lint/scenarios/registry.py``;
@@ -48,6 +48,12 @@ TODO = "code that fires"
 ```python
 TODO = "code that does not fire"
 ```
+
+## Known problems
+TODO: what the rule assumes when the file does not show enough (a model whose origin it
+cannot follow, configuration set in another file or by a launcher, helpers of other modules,
+rank tests or loops it does not recognise, the target torch version): where it stays quiet,
+where it assumes the worst, and how to make it see (`[tool.fsdp-lint] launch`, `# noqa`).
 
 ## Fix safety
 No automatic fix.

@@ -29,7 +29,8 @@ def test_new_rule_script_lays_out_a_rule(tmp_path):
     spec.loader.exec_module(loaded)
     rule = loaded.DemoRule
     assert (rule.code, rule.name) == ("FSD199", "demo-rule")
-    for section in ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "References"):
+    for section in ("What it does", "Why is this bad?", "Example", "Use instead", "Known problems", "Fix safety",
+                    "References"):
         assert rule.section(section), section
     assert (tmp_path / "fixtures" / "FSD199" / "fires" / "expected.txt").exists()
     assert (tmp_path / "fsdp_lint" / "scenarios" / "fsd199_demo_rule.py").exists()

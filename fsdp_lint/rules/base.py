@@ -3,8 +3,9 @@
 Every rule lives in its own module under ``fsdp_lint/rules/`` and carries:
 - ``code`` (``FSD`` + 3 digits) and a kebab-case ``name``, accepted wherever a code is;
 - ``doc``: ruff's sections (What it does / Why is this bad? / Example / Use instead /
-  Fix safety / References); the code blocks under Example and Use instead are the
-  rule's examples, and the test suite checks they behave as documented;
+  Known problems / Fix safety / References); the code blocks under Example and Use instead
+  are the rule's examples, and the test suite checks they behave as documented; Known
+  problems says what the rule assumes when the file does not show enough;
 - ``markers``: a text pre-filter; a file is parsed for this rule only when, for every
   group, it contains at least one of the group's strings;
 - ``seed_names``: identifiers that make a statement a seed of the slice (``slicing``)

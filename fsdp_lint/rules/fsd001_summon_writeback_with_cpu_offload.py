@@ -30,15 +30,8 @@ FSDP2 `CPUOffloadPolicy(...)`, or FSDP placed on the CPU device
 followed to the constructions it can come from (local and class attributes, helper
 functions and their `**kwargs`, `functools.partial`, dicts passed as `**cfg`, module
 constants, conditional expressions); a model built without offload in a file that also
-offloads another one is not flagged. When the model cannot be followed (a function
-parameter, an attribute, a model built in another file), the module-level answer applies:
-any offload configuration in the file except one in another function's decorator or
-default (another test's `@pytest.mark.parametrize`); when its construction is found but
-opaque (`FSDP(m, **get_kwargs(m))`), not the configuration another construction passes
-itself. When the function builds the model itself through an opaque call (`model =
-make_model(...)`), only a configuration that can reach it counts: in the same function or
-class, a module constant, a builder it calls, or a caller that passes the model. A non-literal `writeback` (a variable) is an explicit choice
-and is not flagged. A block that edits parameters is not flagged under CPU offload on GPUs:
+offloads another one is not flagged (a model it cannot follow: see Known problems). A
+block that edits parameters is not flagged under CPU offload on GPUs:
 there the write-back is what keeps the edit, and it works; it is still flagged with FSDP on
 the CPU device and `offload_to_cpu=True`, where the write-back itself overwrites the shards.
 
@@ -90,6 +83,24 @@ with FSDP.summon_full_params(model, writeback=False):
     for name, param in model.named_parameters():
         print(name, param.norm())
 ```
+
+## Known problems
+- When the summoned model cannot be followed to its construction (a function parameter, an
+  attribute set elsewhere, a model built in another file), the rule assumes the module-level
+  reading: the model keeps its parameters on the CPU if the file configures CPU offload or
+  FSDP on the CPU device anywhere, except in another function's decorator or default (another
+  test's `@pytest.mark.parametrize`).
+- When the model's construction is found but opaque (`FSDP(m, **get_kwargs(m))`), the
+  configuration another construction passes itself does not count; when the function builds
+  the model through a call the file cannot see into (`model = make_model(...)`), only a
+  configuration that can reach it counts: in the same function or class, a module constant,
+  a builder it calls, or a caller that passes the model.
+- Offload chosen outside the file (an accelerate config's `fsdp_offload_params`, `--fsdp
+  "... offload"`, a YAML config) is not read: such a summon is not flagged.
+- A `writeback` the file does not show as a literal (a variable, an unreadable `**kwargs`) is
+  taken as an explicit choice and not flagged.
+- The rule is off when `target-torch-version` is 2.14.1 or later; unset, it reports. A
+  deliberate default write-back on an offloaded model: `# noqa: FSD001`.
 
 ## Fix safety
 The fix adds `writeback=False` (or turns a literal `writeback=True` into `False`). It is

@@ -62,6 +62,18 @@ for step, batch in enumerate(loader):
             norm = sum(p.norm() for p in model.parameters())
 ```
 
+## Known problems
+- A training loop is one the file shows: a `for`/`while` loop that is the innermost loop of
+  a `.backward(...)` or `.step(...)` call in the same function. A loop whose step runs in a
+  function it calls (`train_step(batch)`), or a framework's loop (a Trainer callback, a
+  Lightning hook), is not seen, and its summons are not flagged.
+- The summon must be in the loop's function or in a function of this file that the loop
+  calls directly (one call level); a summon two calls away or in another module is not
+  followed.
+- A guard it does not recognise as sparse (a flag, `if step > warmup:`, a predicate that
+  does not take a loop counter) is assumed to run on every step and the summon is flagged;
+  write the guard with `%` or a counter comparison, or add `# noqa: FSD002`.
+
 ## Fix safety
 No automatic fix: moving the block out of the loop, guarding it to every N steps, or
 computing the statistic from the local shards plus one scalar `torch.distributed.all_reduce`

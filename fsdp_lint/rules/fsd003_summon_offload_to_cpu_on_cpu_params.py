@@ -62,6 +62,18 @@ with FSDP.summon_full_params(model, writeback=False):
     weights = {n: p.clone() for n, p in model.named_parameters()}
 ```
 
+## Known problems
+- The rule needs the file to place FSDP on the CPU device itself (`device_id` given as
+  `"cpu"` or `torch.device("cpu")`, also through a name); a device chosen outside the file
+  (a parameter, a command-line option, a launcher config) is not seen and nothing is flagged.
+- A summon whose model cannot be followed to its construction (a parameter, an attribute, a
+  model built in another file) gets the module-level reading, as in FSD001: flagged when the
+  file places some FSDP construction on the CPU device.
+- `FullStateDictConfig(offload_to_cpu=True)` and `StateDictOptions(full_state_dict=True,
+  cpu_offload=True)` are not tied to a model: they are flagged in any file that places FSDP
+  on the CPU device; their arguments must be literal keywords (a variable is not read).
+- The rule is off when `target-torch-version` is 2.14.1 or later; unset, it reports.
+
 ## Fix safety
 For a summon the fix drops `offload_to_cpu=True`. It is safe when the summoned model's own
 construction puts it on the CPU device on every path: the parameters are already on the

@@ -43,6 +43,14 @@ with FSDP.summon_full_params(model, rank0_only=True, writeback=False):
         torch.save(model.state_dict(), "full.pt")
 ```
 
+## Known problems
+- The rule reads only the call's own arguments, also through a `**kwargs` dict it can read
+  (`dict(rank0_only=True)`). A `rank0_only` or `writeback` it cannot read as a literal (a
+  variable, an unreadable `**kwargs`) is not judged, and nothing is flagged.
+- A `summon_full_params` called on an instance whose class the file does not show counts as
+  torch's only when the module is passed again as its first argument and the file imports
+  `torch.distributed.fsdp` (fairscale's method takes no module).
+
 ## Fix safety
 The fix adds `writeback=False` (or turns a literal `True` into `False`). It is safe when
 the `with` block that enters the call provably does not modify parameters, unsafe otherwise

@@ -54,6 +54,16 @@ with FSDP.summon_full_params(model):
         param.data.mul_(0.5)
 ```
 
+## Known problems
+- Only edits the block itself shows are seen: a write inside a function the block calls (a
+  helper, `model.apply(fn)`) is not followed, and a summon not entered by a `with` statement
+  (stored in a name, entered through an `ExitStack`) is not checked.
+- Rank tests are those `facts.ranks` recognises (the list under FSD104, also a name assigned
+  one). An edit under a test it does not recognise (a flag passed in as a parameter) is
+  taken as an edit on every rank: inside a `rank0_only=True` summon it is still flagged
+  (the ranks diverge), inside a write-back summon it is not.
+- A `rank0_only` or `writeback` that is not a literal leaves the matching case unflagged.
+
 ## Fix safety
 No automatic fix: whether the edit should happen on every rank (drop `rank0_only`, edit on
 all ranks) or not at all is the author's decision.

@@ -52,6 +52,13 @@ with FSDP.summon_full_params(model, offload_to_cpu=True, rank0_only=True, writeb
     full = {n: p.clone() for n, p in model.named_parameters()}
 ```
 
+## Known problems
+- The rule reads only the call's arguments: a `rank0_only` or `offload_to_cpu` that is not a
+  literal (a variable, an unreadable `**kwargs`) is an explicit choice and is not flagged.
+- It does not know the model's size, the host's memory or whether every rank needs the full
+  weights: any `offload_to_cpu=True` without `rank0_only=True` is flagged. Where every rank
+  does need them and the host holds world-size copies, add `# noqa: FSD006`.
+
 ## Fix safety
 The fix adds `rank0_only=True` (and `writeback=False`, which `rank0_only` requires). It is
 always unsafe: the other ranks then see only their local shards inside the block, which

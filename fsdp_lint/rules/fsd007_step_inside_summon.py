@@ -49,6 +49,15 @@ with FSDP.summon_full_params(model, writeback=False):
     norms = [p.norm() for p in model.parameters()]
 ```
 
+## Known problems
+- Only a summon entered directly by a `with` statement around the call is seen: a step in a
+  function the block calls, or in a block entered through a name, an `ExitStack` or a
+  `@contextmanager` helper, is not flagged.
+- A forward is recognised by name: a call of the summoned module's name, or of a name the
+  file binds to `FSDP(...)` anywhere (also when that name holds another model at this point).
+  The model under another name (an alias, a function parameter) is not recognised. Every
+  `.backward(...)` inside the block is flagged, whatever tensor it belongs to.
+
 ## Fix safety
 No automatic fix: the step has to move out of the block, which changes the program's order.
 

@@ -50,6 +50,14 @@ loss = model(batch).sum()
 log_norms()
 ```
 
+## Known problems
+- Forward code is what the file shows: the body of `forward()` of a class the file shows
+  deriving from `torch.nn.Module` (directly or through its own classes), or a function of
+  this file registered as a hook in this file. A class whose base comes from another module
+  (transformers' `PreTrainedModel`, a base class of the project), a hook registered in
+  another file, or a summon in a helper that `forward()` calls is not seen, and nothing is
+  flagged.
+
 ## Fix safety
 No automatic fix: the summon has to move to between steps.
 

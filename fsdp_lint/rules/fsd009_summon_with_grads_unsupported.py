@@ -44,6 +44,16 @@ with FSDP.summon_full_params(model, with_grads=True, writeback=False):
     grads = [p.grad for p in model.parameters()]
 ```
 
+## Known problems
+- The `offload_to_cpu=True` case needs only the call. The `use_orig_params` case needs every
+  construction the summoned model can come from to be an FSDP1 wrap in this file whose
+  `use_orig_params` is visibly False (left out or a literal `False`).
+- Where that is not visible, nothing is flagged: a model that cannot be followed (a
+  parameter with no caller in the file, an attribute set elsewhere, a value returned by a
+  call the file cannot see into), an unreadable `**cfg`, or `use_orig_params` set by a
+  launcher (accelerate's `fsdp_use_orig_params`).
+- A `with_grads` that is not a literal `True` is not judged.
+
 ## Fix safety
 No automatic fix: `use_orig_params=True` changes how the optimizer sees parameters.
 

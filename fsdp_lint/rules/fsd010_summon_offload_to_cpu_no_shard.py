@@ -72,6 +72,16 @@ with FSDP.summon_full_params(model, rank0_only=True, writeback=False):
 For the state-dict path on torch < 2.1, keep the state dict on the device and copy it:
 `FullStateDictConfig(rank0_only=True)`, then `{k: v.cpu() for k, v in model.state_dict().items()}`.
 
+## Known problems
+- Only an explicit `ShardingStrategy.NO_SHARD` that the rule can read on a construction of
+  this file the summoned model can come from counts (written, in a variable, a module
+  constant or a `**cfg` dict it can read). A strategy set elsewhere (an accelerate config's
+  `fsdp_sharding_strategy`, a parameter, an unreadable `**cfg`) or a model whose
+  construction is not visible is not flagged.
+- FSDP's own switch to `NO_SHARD` at world size 1 is not assumed: the file does not show the
+  world size.
+- The state-dict path runs only with `target-torch-version` below 2.1.
+
 ## Fix safety
 The fix drops `offload_to_cpu=True`; it is unsafe because the block then sees the
 parameters on their device instead of on the CPU (code there may rely on CPU tensors).

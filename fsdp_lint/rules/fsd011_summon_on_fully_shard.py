@@ -40,6 +40,16 @@ fully_shard(model)
 full = {n: p.full_tensor() for n, p in model.named_parameters()}
 ```
 
+## Known problems
+- When the summoned model is followed to constructions of the file (or to a project helper
+  the file imports that shards it), it is flagged only if every one is a `fully_shard`.
+- When its origin cannot be followed (a parameter, an attribute, a value returned by a call
+  the file cannot see into), the rule falls back on the name: it flags when the same dotted
+  name is passed to or bound from `fully_shard` anywhere in the file and no path leads to a
+  plain module. A name reused in another function for a model the file cannot follow (a
+  parameter, `model = load_model()`) is then taken for the sharded one: add `# noqa: FSD011`.
+- A model sharded by code the file does not call or import is not seen.
+
 ## Fix safety
 No automatic fix. FSDP2 replacements: `model.unshard()` / `model.reshard()`,
 `DTensor.full_tensor()` per parameter, or

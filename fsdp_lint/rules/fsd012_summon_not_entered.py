@@ -46,6 +46,13 @@ with FSDP.summon_full_params(model, writeback=False):
     weights = {n: p.clone() for n, p in model.named_parameters()}
 ```
 
+## Known problems
+- The rule assumes the worst about an unknown receiver: every bare `summon_full_params(...)`
+  statement is flagged unless name resolution proves the receiver is another library's class
+  or a class of this file that derives from no FSDP class. A project's own object (from
+  another module) whose `summon_full_params` is an ordinary method is flagged: add
+  `# noqa: FSD012`.
+
 ## Fix safety
 No automatic fix: which statements belong inside the block is the author's decision.
 

@@ -94,6 +94,19 @@ for batch in loader:
     optimizer.step()
 ```
 
+## Known problems
+- Order is judged within one function: the optimizer and the wrap must be in the same
+  function. An optimizer built in a function or file the wrap's function does not show (a
+  helper returning both, a framework's trainer) is not flagged.
+- A wrap by a project function of another file is seen when the file's imports lead to it
+  (`fsdp_lint/project.py`); a module sharded by code they do not lead to is not.
+- FSDP1 with a `use_orig_params` the rule cannot read (a variable it cannot follow, an
+  unreadable `**cfg`) is assumed to keep the parameters (True) and is not flagged.
+- An accelerate FSDP1 plugin that leaves out `use_orig_params` is flagged only where the
+  project says how the file starts (a launch script, an accelerate config with
+  `fsdp_use_orig_params: false`, or `[tool.fsdp-lint] launch`); where that is unknown it
+  stays quiet: set `[tool.fsdp-lint] launch` to tell it.
+
 ## Fix safety
 No automatic fix: the optimizer construction has to move after the wrap, which may move
 other code with it.

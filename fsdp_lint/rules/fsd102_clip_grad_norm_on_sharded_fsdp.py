@@ -55,6 +55,15 @@ loss.backward()
 model.clip_grad_norm_(1.0)
 ```
 
+## Known problems
+- The rule stays quiet unless the module is FSDP1-wrapped on every path to the call by a
+  construction of this file and every strategy is visible. A model it cannot follow (a
+  function parameter, an attribute set elsewhere, a value returned by a call the file cannot
+  see into), a strategy set outside the file (an accelerate config's
+  `fsdp_sharding_strategy`, `--fsdp`), or an unreadable `**cfg` is not flagged.
+- Parameters listed through a helper of another function are not followed; only a list,
+  generator, `list(...)`/`filter(...)` or a name bound in the same function is.
+
 ## Fix safety
 The fix rewrites the call to `m.clip_grad_norm_(max_norm[, norm_type])` and is unsafe:
 it is right only when `m` is the root FSDP module (on an inner unit FSDP raises

@@ -43,6 +43,15 @@ from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel as FSDP
 model = FSDP(net, cpu_offload=CPUOffload(offload_params=True), device_id=torch.cuda.current_device())
 ```
 
+## Known problems
+- Only a module that at the move can be an FSDP1 wrap of this file with a visible
+  `CPUOffload(offload_params=True)` (on some path) is checked. Offload set outside the file
+  (an accelerate config's `fsdp_offload_params`, `--fsdp "... offload"`), an unreadable
+  `**cfg`, or a model wrapped elsewhere (a parameter, an attribute set in another file) is
+  not flagged. FSDP2's `CPUOffloadPolicy` is not checked.
+- The rule assumes the worst about the target of `.to(x)`: only a CPU device it can read or
+  a `torch.<dtype>` is not a move, so `.to(device)` with a device it cannot read is flagged.
+
 ## Fix safety
 No automatic fix: where the module should live is the author's decision.
 

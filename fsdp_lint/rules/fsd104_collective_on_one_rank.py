@@ -143,6 +143,20 @@ The message's advice fits the call: a gathering call (state dict, `summon_full_p
 save under the rank test; a barrier, `all_reduce`, `broadcast` or framework barrier has to
 move out of the rank test.
 
+## Known problems
+- Rank tests are those `facts.ranks` recognises (listed above); a one-rank branch decided by
+  anything else (a flag with another name whose value the file does not show, a test made in
+  another file) is not seen, and the collective under it is not flagged.
+- `model.state_dict()` counts as a gather when the model is FSDP1-wrapped there; when its
+  origin cannot be followed, only when the same name holds an FSDP1 module in the file and
+  the value is not returned by a call the file cannot see into (`Origins.opaque`).
+- `torch.distributed` collectives count only in a file that wraps a model with FSDP itself;
+  accelerate's `save_model`/`save_state`/`load_state`/`get_state_dict` and transformers'
+  `save_model` only where the file configures FSDP or the project's launch turns it on (an
+  accelerate config, `--fsdp`, `[tool.fsdp-lint] launch`).
+- Helpers are followed in this file and in project files its imports lead to, and only
+  where they run a collective on every call; an installed package's function is not.
+
 ## Fix safety
 No automatic fix: the gathering call has to move before the rank test.
 

@@ -72,6 +72,16 @@ with FSDP.summon_full_params(model, writeback=False, recurse=False):
 in their own forwards. FSDP2 (`fully_shard`) has no such block: register the method with
 `register_fsdp_forward_method` (FSD114).
 
+## Known problems
+- The receiver must be an FSDP1 wrap of this file with a sharded strategy the rule can read:
+  for a plain name, the latest wrap before the call in the same function; for an attribute
+  (`self.model`), any wrap of it in the file. A model wrapped elsewhere (a parameter, a model
+  from another file) or a strategy it cannot read (an unreadable `**cfg`, an accelerate
+  config) is not flagged; a parameter annotated `FullyShardedDataParallel` is assumed to use
+  the default `FULL_SHARD`.
+- Any doubt about a summon counts as inside one (a `with` on a name, an `ExitStack`, a
+  `@contextmanager` helper of the file, a caller that gathers): such a call is not flagged.
+
 ## Fix safety
 No automatic fix: the block gathers the root's parameters on every rank (memory), and
 every rank has to enter it (a collective).

@@ -96,6 +96,17 @@ grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
 logger.info(f"grad_norm: {grad_norm.full_tensor().item():.4f}")
 ```
 
+## Known problems
+- The model must be sharded with `fully_shard` in the same function as the norm (a call of a
+  helper of the file or of a project file that shards it counts), or be an attribute such as
+  `self.model` sharded anywhere in the file; a model passed in already sharded (a parameter)
+  is not followed, and nothing is flagged.
+- With no `target-torch-version`, the total-norm reads (`.item()`, `float()`, `int()`,
+  `.to_local()`) assume a torch before 2.11, where the total norm is a `_NormPartial`
+  DTensor; `target-torch-version = "2.11"` or later turns that path off (`.tolist()` stays).
+- A read under any `if` that may restrict it to some ranks gets no fix: `.full_tensor()` is a
+  collective.
+
 ## Fix safety
 The fix inserts `.full_tensor()` before the read and is unsafe: `.full_tensor()` is a
 collective (every rank must run that line, which a read under a rank test does not; there

@@ -75,6 +75,15 @@ torch.save(state, "model.pt")
 With FSDP2: `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))`,
 or cast the module before `fully_shard`.
 
+## Known problems
+- The wrap and the cast must be in the same function (a call there of a helper of the file
+  or of a project file that shards the model counts), or the module an attribute such as
+  `self.model` wrapped anywhere in the file. A model wrapped by a caller or in another file
+  is not followed, and nothing is flagged.
+- A cast is what the file names: `.half()`/`.bfloat16()`/`.float()`/`.double()`, a
+  `torch.<dtype>` argument of `.to(...)`, or any `dtype=` keyword; a dtype passed by
+  position in a variable (`model.to(device, dt)`) is not recognised.
+
 ## Fix safety
 No automatic fix: moving the dtype into `MixedPrecision` / `MixedPrecisionPolicy` (or
 casting before the wrap, or casting the state dict) changes what is trained or saved.

@@ -97,6 +97,20 @@ Or gather a full state dict on every rank (a collective) and write it on rank 0 
 `state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
 cpu_offload=True))`, then `if dist.get_rank() == 0: torch.save(state, path)`.
 
+## Known problems
+- Only saves in a function that sets up the distributed run are checked (it calls
+  `init_process_group`, `FSDP(...)`, `fully_shard(...)` or a helper that shards, or
+  `accelerator.prepare` in a file started by `accelerate launch` with FSDP); elsewhere the
+  rule does not know whether every rank runs the save, and stays quiet.
+- Every doubt about ranks keeps it quiet: any `if` whose test names a rank or a
+  main-process flag, a single-process branch, a one-rank decorator, an earlier early exit
+  under a rank test.
+- A path it cannot read is assumed to be the same on every rank, unless it names a rank or
+  comes from `tempfile`/an in-memory buffer. A save that is meant to run on every rank to a
+  shared path: `# noqa: FSD108`.
+- Helpers are followed in this file and in project files its imports lead to; a helper that
+  saves only on some path is not counted.
+
 ## Fix safety
 No automatic fix: whether to write one file from rank 0, one file per rank, or a
 distributed checkpoint depends on what the state holds.

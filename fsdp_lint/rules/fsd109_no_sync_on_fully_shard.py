@@ -51,6 +51,15 @@ for i, batch in enumerate(micro_batches):
     model(batch).sum().backward()
 ```
 
+## Known problems
+- The module must reach a `fully_shard` the file shows: in this file, a helper of the file,
+  a project helper its imports lead to, or the callers in this file of the function taking
+  it as a parameter. A model sharded where the file cannot see (a parameter with no caller
+  in the file, an attribute set in another file) is not flagged.
+- A path that leads to FSDP1, DDP or a plain module (a `torch.nn` module, a class of this
+  file, `from_pretrained`) keeps it quiet; a path to a value the file cannot follow (a call
+  it cannot see into) does not, when another path reaches a `fully_shard`.
+
 ## Fix safety
 No automatic fix: `no_sync()` is a block, `set_requires_gradient_sync` a switch that must be
 turned back on before the last micro-batch's backward; where is a choice of the loop.

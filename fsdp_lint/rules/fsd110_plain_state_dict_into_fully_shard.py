@@ -56,6 +56,13 @@ set_model_state_dict(model, torch.load("pretrained.pt"), options=StateDictOption
 ```
 Or load the checkpoint before `fully_shard`.
 
+## Known problems
+- The module must reach a `fully_shard` the file shows, as in FSD109 (a model sharded where
+  the file cannot see is not flagged; a path to FSDP1, DDP or a plain module keeps it quiet).
+- The state dict must be a plain loader's result on every path (`torch.load`,
+  `safetensors.torch.load_file`, an item of one); a state dict from a helper, a parameter or
+  a call the file cannot see into is assumed not to be plain, and nothing is flagged.
+
 ## Fix safety
 No automatic fix: whether every rank reads the file or rank 0 broadcasts it
 (`broadcast_from_rank0=True`), or the load moves before the sharding, is a choice.

@@ -49,6 +49,15 @@ fully_shard(model)
 fully_shard(ema_model)
 ```
 
+## Known problems
+- The copied model must reach an FSDP wrap the file shows (`FSDP(...)`, `fully_shard`, a
+  helper of the file, a project helper its imports lead to, or the in-file callers of a
+  function taking it as a parameter); a model wrapped where the file cannot see is not
+  flagged.
+- A path to a plain module (a `torch.nn` module, a class of this file, `from_pretrained`)
+  keeps it quiet; a path to a value the file cannot follow does not, when another path
+  reaches a wrap.
+
 ## Fix safety
 No automatic fix: the copy has to move before the wrap (and be sharded itself), or be
 rebuilt from a state dict; both change the program's structure.

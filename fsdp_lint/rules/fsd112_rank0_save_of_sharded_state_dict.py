@@ -62,6 +62,14 @@ if dist.get_rank() == 0:
 ```
 Or save a sharded checkpoint on every rank with `torch.distributed.checkpoint.save`.
 
+## Known problems
+- The save must be under a rank test that `facts.ranks` recognises (see FSD104); a save on
+  one rank decided by something the file does not show as a rank test is not flagged.
+- The `state_dict()` must be in the saved object or in a name bound to it in the same
+  function (two levels); a state dict built by a helper is not followed.
+- The module must reach a `fully_shard` the file shows, as in FSD109; a model sharded where
+  the file cannot see is not flagged.
+
 ## Fix safety
 No automatic fix: the full state dict must be gathered on every rank before the rank test
 (a collective), which moves code out of the test.

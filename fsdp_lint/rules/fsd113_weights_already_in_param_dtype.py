@@ -53,6 +53,15 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
 ```
 
+## Known problems
+- Only a `fully_shard` call written in the function, with a `MixedPrecisionPolicy` whose
+  `param_dtype` the rule can read, is checked; a policy in an unreadable `**kwargs` or set by
+  a framework config is not flagged, nor a sharding done inside a helper.
+- The cast must be in the same function before the sharding (`.to(torch.bfloat16)`,
+  `.bfloat16()`, `.half()`), or the model loaded there with a literal
+  `torch_dtype=torch.bfloat16`/`torch.float16`; a model cast in another function or loaded
+  with a dtype from a variable or `"auto"` is not flagged.
+
 ## Fix safety
 No automatic fix: pure low-precision training can be intended (then suppress with
 `# noqa: FSD113` on the `fully_shard` line); dropping the cast changes memory use.

@@ -110,6 +110,16 @@ register_fsdp_forward_method(model, "encode")
 features = model.encode(ids)
 ```
 
+## Known problems
+- A `register_fsdp_forward_method(m, "name")` made in another file (a helper of the
+  project, a framework) is not seen, and the call is flagged: add `# noqa: FSD114`. A
+  registration with a name that is not a literal turns the rule off for the whole file.
+- For a model whose class is not in this file (a library model, a model passed in), the
+  library entry points listed above are assumed to bypass `__call__`; other methods are not
+  flagged. For a class of this file, only a method shown to call a submodule or
+  `self.forward(...)` and never `self(...)` is flagged.
+- The module must reach a `fully_shard` the file shows, as in FSD109.
+
 ## Fix safety
 No automatic fix: the registration belongs after the root's `fully_shard`, on the module
 whose method is called, which may be in another function or file.

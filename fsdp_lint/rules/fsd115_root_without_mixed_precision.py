@@ -67,6 +67,13 @@ for layer in model.layers:
 fully_shard(model, mp_policy=policy)
 ```
 
+## Known problems
+- The root and its layers must be sharded by `fully_shard` calls written in the same
+  function; sharding done inside a helper (torchtitan's `apply_fsdp`) or in another file is
+  not followed, and nothing is flagged.
+- A root or layer policy the rule cannot read (a parameter, an unreadable `**kwargs`) is
+  taken as a choice and left alone.
+
 ## Fix safety
 No automatic fix: keeping the head and embeddings in float32 can be intended (then give the
 root an explicit `MixedPrecisionPolicy(param_dtype=torch.float32)` or suppress with

@@ -67,6 +67,13 @@ Edit the sharded parameters: an elementwise change works shard by shard; a full 
 in with `p.copy_(distribute_tensor(full, p.device_mesh, p.placements))` or
 `set_model_state_dict(model, sd, options=StateDictOptions(full_state_dict=True))`.
 
+## Known problems
+- The `unshard()` and the `reshard()` must be on the same receiver in the same function (and
+  the same loops); an `unshard()` whose `reshard()` is elsewhere is no region.
+- Only edits written between them are seen: a write inside a function called there is not
+  followed. Any doubt ends the region early (a miss, not a false alarm).
+- The module must reach a `fully_shard` the file shows, as in FSD109.
+
 ## Fix safety
 No automatic fix: an edit that needs the full tensor (a norm over the whole parameter, a
 copy from a full checkpoint) has to be rewritten for the shards, and the unshard may be

@@ -64,6 +64,15 @@ loss = model(batch).sum()
 ```
 Or load a checkpoint after `to_empty` (`set_model_state_dict`, DCP `load`).
 
+## Known problems
+- Every doubt counts as an initialisation: any call between `to_empty` and the forward that
+  takes the model or a part of it, or any function of this file (its body is not followed),
+  keeps the rule quiet.
+- The meta-device construction, the `to_empty` and the forward must be visible: the model
+  built on meta in the same scope the `to_empty` sees, and the forward in the same function.
+  A model built on meta in another function or file is not flagged.
+- The module must reach a `fully_shard` the file shows, as in FSD109.
+
 ## Fix safety
 No automatic fix: how the model initialises its weights (or which checkpoint to load) is
 the model's own.

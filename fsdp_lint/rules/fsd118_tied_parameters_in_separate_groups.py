@@ -81,6 +81,15 @@ fully_shard(model)
 ```
 Or leave both modules to the root's group (`fully_shard(model)` only).
 
+## Known problems
+- A tie is what the file shows: an assignment in the function, or in `__init__`/a tying
+  method of a class of this file the model is built from. A tie decided by the model's
+  config (transformers' `tie_word_embeddings` default) or made in another file is not seen,
+  and nothing is flagged; say `tie_word_embeddings=True` in the file for it to be checked.
+- The groups are the `fully_shard` calls of one function; sharding inside a helper is not
+  followed. A tie under an `if` with a sharding under an `if` too is assumed to follow one
+  option and is not flagged.
+
 ## Fix safety
 No automatic fix: which group the tied modules share (their own, or the root's) changes
 memory and communication; the choice is the program's.

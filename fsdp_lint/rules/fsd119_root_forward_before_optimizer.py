@@ -74,6 +74,14 @@ with torch.no_grad():
 ```
 Or call `model.reshard()` after the warm-up forward.
 
+## Known problems
+- A `reshard_after_forward` the rule cannot read (an int, a variable, an unreadable
+  `**kwargs`) keeps it quiet, as does a literal `True`.
+- The forward and the optimizer must be in the same function; any `.backward()` between them
+  counts as a reshard, whatever it differentiates.
+- The module must reach a `fully_shard` the file shows, as in FSD109; a model sharded where
+  the file cannot see is not flagged.
+
 ## Fix safety
 No automatic fix: the optimizer construction or the warm-up has to move, or a
 `model.reshard()` to be added, which is a choice of the program.

@@ -1,5 +1,5 @@
 """Hover on a flagged range: the rule's page as ``fsdp-lint rule CODE`` prints it (What it
-does, Why is this bad?, Example, Use instead, Fix safety, and the verifier's recorded
+does, Why is this bad?, Example, Use instead, Known problems, Fix safety, and the verifier's recorded
 results), rendered by the same function (``fsdp_lint.docs.render_for_user``), the installed torch included."""
 
 from __future__ import annotations
