@@ -98,13 +98,16 @@ Or gather a full state dict on every rank (a collective) and write it on rank 0 
 cpu_offload=True))`, then `if dist.get_rank() == 0: torch.save(state, path)`.
 
 ## Known problems
-- Only saves in a function that sets up the distributed run are checked (it calls
-  `init_process_group`, `FSDP(...)`, `fully_shard(...)` or a helper that shards, or
+- Only saves in a function that sets up the distributed run or works with FSDP modules are
+  checked (it calls `init_process_group`, `FSDP(...)`, `fully_shard(...)`, another name of
+  `torch.distributed.fsdp` such as `FSDP.state_dict_type`, a helper that shards, or
   `accelerator.prepare` in a file started by `accelerate launch` with FSDP); elsewhere the
   rule does not know whether every rank runs the save, and stays quiet.
 - Every doubt about ranks keeps it quiet: any `if` whose test names a rank or a
   main-process flag, a single-process branch, a one-rank decorator, an earlier early exit
-  under a rank test.
+  under a rank test. The one exception is the other side of a test it reads as "one rank"
+  (the `else:` of `if rank == 0:`, the rest of a function after `if rank == 0: return`):
+  every rank but one runs that code, and it is reported when no other test narrows it.
 - A path it cannot read is assumed to be the same on every rank, unless it names a rank or
   comes from `tempfile`/an in-memory buffer. A save that is meant to run on every rank to a
   shared path: `# noqa: FSD108`.
