@@ -420,6 +420,38 @@ def is_cpu_device(facts: ModuleFacts, source: Source) -> bool:
     return False
 
 
+_DEVICE_WORDS = ("device", "cuda", "gpu", "rank")
+
+
+def is_accelerator_device(facts: ModuleFacts, source: Source, depth: int = 0) -> bool:
+    """``source`` names an accelerator to move a module to: a device string other than the
+    CPU (``"cuda"``, ``"cuda:1"``), a device index, ``torch.device("cuda", i)``, or a value
+    whose name says it is a device (``device``, ``self.device``, ``local_rank``), also
+    through names.  A dtype (``torch.bfloat16``, ``args.dtype``) or a value the file cannot
+    read is not (precision first)."""
+    expr = source.expr
+    text = literal_string(expr)
+    if text is not None:
+        return not (text == "cpu" or text.startswith("cpu:") or text == "meta")
+    if isinstance(expr, cst.Integer):
+        return True
+    if isinstance(expr, cst.FormattedString) and expr.parts and isinstance(expr.parts[0], cst.FormattedStringText):
+        lead = expr.parts[0].value  # f"cuda:{local_rank}"
+        return lead.startswith(("cuda", "xpu", "npu", "mps", "hpu"))
+    if isinstance(expr, cst.Call) and facts.qualname(expr.func) in torch_api.TORCH_DEVICE:
+        return not is_cpu_device(facts, source)
+    qualname = facts.qualname(expr)
+    if qualname is not None and qualname.startswith("torch."):
+        return False  # a torch constant: a dtype, not a device
+    name = dotted_name(expr)
+    if name is not None and "dtype" not in name.lower() and any(w in name.rsplit(".", 1)[-1].lower() for w in _DEVICE_WORDS):
+        return True
+    if depth > 3 or not isinstance(expr, (cst.Name, cst.Attribute)):
+        return False
+    found = sources(facts, expr, source.ctx, source.order, source.via)
+    return any(s.expr is not expr and is_accelerator_device(facts, s, depth + 1) for s in found.found)
+
+
 def offload_call(facts: ModuleFacts, source: Source) -> object:
     """True when ``source`` is ``CPUOffload(offload_params=True)`` / ``CPUOffloadPolicy()``,
     False when it is an offload object that keeps parameters on the device (or None),
@@ -502,13 +534,13 @@ def fully_sharded(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, o
                   fsdp1_too: bool = False) -> Optional[Origin]:
     """The FSDP2 ``fully_shard`` that the module ``expr`` (used at ``ctx``/``order``) went
     through, when every construction it may come from is one (none FSDP1, no plain
-    module on some path), also through the callers of a helper taking it as a parameter;
+    module and no call the file cannot see into on some path), also through the callers of a helper taking it as a parameter;
     None otherwise (precision first: a doubt is no sharding).  The one question the FSDP2
     API rules ask about a receiver: ``m.no_sync()``, ``m.load_state_dict(...)``,
     ``copy.deepcopy(m)``.  ``fsdp1_too``: an FSDP1 wrap counts as well (any FSDP)."""
     found = origins_with_callers(facts, expr, ctx, order)
-    if not found.wraps or (found.fsdp1 and not fsdp1_too) or found.plain:
-        return None
+    if not found.wraps or (found.fsdp1 and not fsdp1_too) or found.plain or found.opaque:
+        return None  # some path leads to a module not sharded there, or to one the file cannot see
     return found.wraps[0]
 
 

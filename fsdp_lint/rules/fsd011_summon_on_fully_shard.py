@@ -46,8 +46,9 @@ full = {n: p.full_tensor() for n, p in model.named_parameters()}
 - When its origin cannot be followed (a parameter, an attribute, a value returned by a call
   the file cannot see into), the rule falls back on the name: it flags when the same dotted
   name is passed to or bound from `fully_shard` anywhere in the file and no path leads to a
-  plain module. A name reused in another function for a model the file cannot follow (a
-  parameter, `model = load_model()`) is then taken for the sharded one: add `# noqa: FSD011`.
+  plain module or to a call the file cannot see into (`model = load_model()` is not taken
+  for the sharded model of the same name). A parameter or attribute of the same name is
+  taken for it: add `# noqa: FSD011` where it is another model.
 - A model sharded by code the file does not call or import is not seen.
 
 ## Fix safety
@@ -66,7 +67,7 @@ No automatic fix. FSDP2 replacements: `model.unshard()` / `model.reshard()`,
             if found.wraps:
                 sharded = bool(found.fsdp2) and not found.fsdp1
             else:
-                sharded = not found.plain and summon.module_name in fsdp2
+                sharded = not found.plain and not found.opaque and summon.module_name in fsdp2
             if sharded:
                 report(
                     summon.node,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fsdp_lint.facts.dataflow import sources
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, is_cpu_device, origins, wrap_config
-from fsdp_lint.facts.values import first_positional, literal_string
+from fsdp_lint.facts.dataflow import Source
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, is_accelerator_device, origins, wrap_config
+from fsdp_lint.facts.values import first_positional
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -49,8 +49,11 @@ model = FSDP(net, cpu_offload=CPUOffload(offload_params=True), device_id=torch.c
   (an accelerate config's `fsdp_offload_params`, `--fsdp "... offload"`), an unreadable
   `**cfg`, or a model wrapped elsewhere (a parameter, an attribute set in another file) is
   not flagged. FSDP2's `CPUOffloadPolicy` is not checked.
-- The rule assumes the worst about the target of `.to(x)`: only a CPU device it can read or
-  a `torch.<dtype>` is not a move, so `.to(device)` with a device it cannot read is flagged.
+- `.to(x)` counts as a move only when `x` says it is an accelerator: a device string or
+  index (`"cuda"`, `f"cuda:{rank}"`, `0`), `torch.device("cuda", ...)`, or a name that says
+  device (`device`, `self.device`, `local_rank`), also through assignments. A dtype
+  (`torch.bfloat16`, `args.dtype`) or a value it cannot read (`.to(args.target)`) is not
+  flagged.
 
 ## Fix safety
 No automatic fix: where the module should live is the author's decision.
@@ -83,22 +86,13 @@ No automatic fix: where the module should live is the author's decision.
             )
 
 
-_DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "uint8", "int32", "int64"})
-
-
 def _moves_off_cpu(facts, site) -> bool:
-    """``m.to(x)`` moves to an accelerator: not ``.to("cpu")`` nor ``.to(torch.device("cpu"))``
-    (also through a name), not a dtype-only ``.to(torch.bfloat16)``."""
+    """``m.to(x)`` moves to an accelerator (``facts.fsdp_modules.is_accelerator_device``):
+    not ``.to("cpu")``, not a dtype-only ``.to(torch.bfloat16)`` / ``.to(args.dtype)``, not
+    a value the file cannot read."""
     call = site.node
     first = first_positional(call)
     device = next((a for a in call.args if a.keyword is not None and a.keyword.value == "device"), first)
     if device is None:
         return False
-    text = literal_string(device.value)
-    if text is not None:
-        return not text.startswith("cpu")
-    qualname = facts.qualname(device.value) or ""
-    if qualname.startswith("torch.") and qualname.rsplit(".", 1)[-1] in _DTYPES:
-        return False
-    found = sources(facts, device.value, site.ctx, site.order)
-    return not (found.complete and found.found and all(is_cpu_device(facts, s) for s in found.found))
+    return is_accelerator_device(facts, Source(device.value, site.ctx, site.order))

@@ -57,8 +57,9 @@ for i, batch in enumerate(micro_batches):
   it as a parameter. A model sharded where the file cannot see (a parameter with no caller
   in the file, an attribute set in another file) is not flagged.
 - A path that leads to FSDP1, DDP or a plain module (a `torch.nn` module, a class of this
-  file, `from_pretrained`) keeps it quiet; a path to a value the file cannot follow (a call
-  it cannot see into) does not, when another path reaches a `fully_shard`.
+  file, `from_pretrained`) keeps it quiet, and so does a path to a value returned by a call
+  the file cannot see into (`model = load_model()` on one branch): every path must reach a
+  `fully_shard`.
 
 ## Fix safety
 No automatic fix: `no_sync()` is a block, `set_requires_gradient_sync` a switch that must be

@@ -55,8 +55,8 @@ fully_shard(ema_model)
   function taking it as a parameter); a model wrapped where the file cannot see is not
   flagged.
 - A path to a plain module (a `torch.nn` module, a class of this file, `from_pretrained`)
-  keeps it quiet; a path to a value the file cannot follow does not, when another path
-  reaches a wrap.
+  keeps it quiet, and so does a path to a value returned by a call the file cannot see
+  into: every path must reach a wrap.
 
 ## Fix safety
 No automatic fix: the copy has to move before the wrap (and be sharded itself), or be
