@@ -13,7 +13,8 @@ the launch command (``accelerate launch --use_fsdp``, ``torchrun ... train.py --
   ``MAX_BYTES`` each; hidden, virtual-environment and cache folders, and folders that are
   projects of their own (a ``pyproject.toml``), skipped) for
   ``*.yaml``/``*.yml`` accelerate configs and ``*.sh`` launch scripts;
-- a launch command that names a script applies to that script; an FSDP config that no
+- a launch command that names a script applies to that script and to the project modules
+  it imports (transitively, within the project index's bounds); an FSDP config that no
   command ties to a script applies to every file of the project only when it is the only
   FSDP config there (two configs, or a config another script is launched without: not
   guessed).
@@ -29,7 +30,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 MAX_DEPTH = 6
 MAX_FILES = 400
@@ -88,16 +89,34 @@ class ProjectLaunches:
     launched_plain: List[str] = field(default_factory=list)  # scripts some command launches without FSDP
     plain_launchers: Dict[str, Launcher] = field(default_factory=dict)  # script -> its one launcher without FSDP
 
-    def for_file(self, path: str) -> Optional[Launch]:
-        """A command's launch of this script; else the project's only FSDP config, unless a
-        command launches this script without FSDP."""
+    def for_file(self, path: str, imports: Optional[Callable[[str], FrozenSet[str]]] = None) -> Optional[Launch]:
+        """A command's launch of this script; else the launch of the scripts that import it
+        (``imports``: a script -> the project files it imports, transitively within bounds:
+        ``project.ProjectIndex.imported_files``), when they agree; else the project's only
+        FSDP config, unless a command launches this script without FSDP."""
         path = os.path.abspath(path)
         if path in self.scripts:
             return self.scripts[path]
-        if len(self.configs) != 1 or path in self.launched_plain:
+        if path in self.launched_plain:
+            return None
+        reached = self._reached(path, imports) if imports is not None else None
+        if reached is not None:
+            return reached
+        if len(self.configs) != 1:
             return None
         (config,) = self.configs.values()
         return self._launch_of(config)
+
+    def _reached(self, path: str, imports: Callable[[str], FrozenSet[str]]) -> Optional[Launch]:
+        """The FSDP launch of the launched scripts that import ``path``: the module runs in
+        their processes.  Launches that disagree (offload, ``use_orig_params``, version,
+        launcher) are not guessed between."""
+        found = [(script, launch) for script, launch in sorted(self.scripts.items()) if path in imports(script)]
+        if not found or len({(l.offload_params, l.use_orig_params, l.version, l.launcher) for _, l in found}) != 1:
+            return None
+        script, launch = found[0]
+        where = f"{launch.source}, launching {os.path.relpath(script, self.root)}, which imports this file"
+        return Launch(where, launch.offload_params, launch.use_orig_params, launch.version, launch.launcher)
 
     def _launch_of(self, config: _Config) -> Launch:
         where = f"{os.path.relpath(config.path, self.root)}:{config.line} (distributed_type: FSDP)"
@@ -343,9 +362,10 @@ class LaunchFinder:
             self._projects[root] = read_project(root)
         return self._projects[root]
 
-    def for_file(self, path: str) -> Optional[Launch]:
+    def for_file(self, path: str, imports: Optional[Callable[[str], FrozenSet[str]]] = None) -> Optional[Launch]:
+        """``imports``: see ``ProjectLaunches.for_file`` (None: only what names the file)."""
         project = self._project(path)
-        return project.for_file(path) if project is not None else None
+        return project.for_file(path, imports) if project is not None else None
 
     def launcher_for(self, path: str) -> Optional[Launcher]:
         """The one launcher without FSDP that the project's commands start ``path`` with."""

@@ -179,3 +179,31 @@ def test_a_barrier_helper_balanced_by_the_callers_other_branch_is_quiet(tmp_path
     assert _cli("--no-cache", "train.py", cwd=root) == []
     root = _project(tmp_path / "hang", {"pyproject.toml": "", "helpers.py": helper, "train.py": body.format(other="")})
     assert _cli("--no-cache", "train.py", cwd=root) == [(12, "FSD104")]
+
+
+def test_a_dtensor_gather_over_a_parameters_parameters_is_a_collective(tmp_path):
+    """``for n, p in model.named_parameters(): optimizer.state[p]["exp_avg_sq"].full_tensor()``
+    gathers on every call when the caller's ``model`` is sharded with ``fully_shard``;
+    a loop over something else, a gather under an ``if``, or a caller whose model is not
+    sharded is not one."""
+    found = _functions(
+        "def moments(model, optimizer):\n    out = {}\n    for name, p in model.named_parameters():\n"
+        "        state = optimizer.state[p]\n        out[name] = state['exp_avg_sq'].full_tensor()\n    return out\n\n\n"
+        "def others(model, tensors):\n    for t in tensors:\n        t.full_tensor()\n\n\n"
+        "def maybe(model, flag):\n    for p in model.parameters():\n        if flag:\n            p.full_tensor()\n"
+    )
+    assert set(found) == {"moments"}
+    assert (found["moments"]["model"], found["moments"]["needs"], found["moments"]["collective_at"]) == ("model", "fsdp2", 10)
+    caller = (
+        "import torch.distributed as dist\nfrom torch.distributed.fsdp import fully_shard\nfrom io_utils import moments\n\n\n"
+        "def train(model, optimizer):\n    {shard}\n    if dist.get_rank() == 0:\n        moments(model, optimizer)\n"
+    )
+    for shard, expected in (("fully_shard(model)", ["FSD104"]), ("model = model.cuda()", [])):
+        root = _project(tmp_path / str(len(expected)), {
+            "pyproject.toml": "", "io_utils.py": FSDP_HEADER + "def moments(model, optimizer):\n    out = []\n    for p in model.parameters():\n"
+            "        out.append(optimizer.state[p]['exp_avg'].full_tensor())\n    return out\n",
+            "train.py": caller.format(shard=shard),
+        })
+        done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
+                               "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
+        assert [r["code"] for r in json.loads(done.stdout)] == expected, shard

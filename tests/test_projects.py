@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_lint.check import Settings
 from fsdp_lint.launch import LaunchFinder, project_root, read_accelerate_config, read_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -225,3 +226,29 @@ def test_a_dict_passed_as_kwargs_turns_fsdp_on(tmp_path, args, expected):
             cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "FSDP_LINT_GATE": gate},
         )
         assert [r["code"] for r in json.loads(done.stdout)] == expected, gate
+
+
+def test_a_launch_reaches_the_project_modules_its_script_imports(tmp_path):
+    """``accelerate launch --use_fsdp train.py``: the modules ``train.py`` imports (and what
+    they import) run in the launched processes; a module imported only in a string, or by
+    no launched script, is not reached, and two launches that disagree are not guessed."""
+    root = _project(tmp_path, {
+        "pyproject.toml": "",
+        "run.sh": "accelerate launch --use_fsdp scripts/train.py\n",
+        "scripts/train.py": '"""from pkg import unused"""\nfrom pkg.loop import fit\nimport pkg.other as o\n',
+        "pkg/__init__.py": "", "pkg/loop.py": "from .deep import step\n", "pkg/deep.py": "", "pkg/other.py": "",
+        "pkg/unused.py": "", "tools/lonely.py": "",
+    })
+    settings = Settings()
+    for name in ("pkg/loop.py", "pkg/deep.py", "pkg/other.py"):
+        launch = settings.launch_for(str(root / name))
+        assert launch is not None and launch.launcher == "accelerate", name
+        assert "launching scripts/train.py, which imports this file" in launch.source
+    assert settings.launch_for(str(root / "pkg" / "unused.py")) is None
+    assert settings.launch_for(str(root / "tools" / "lonely.py")) is None
+    assert LaunchFinder().for_file(str(root / "pkg" / "loop.py")) is None  # without the index: only what names it
+    (root / "run.sh").write_text("accelerate launch --use_fsdp scripts/train.py\n"
+                                 "accelerate launch --use_fsdp --fsdp_offload_params true scripts/other.py\n")
+    (root / "scripts" / "other.py").write_text("import pkg.loop\n")
+    assert Settings().launch_for(str(root / "pkg" / "loop.py")) is None  # two launches that disagree
+    assert Settings().launch_for(str(root / "pkg" / "other.py")) is not None

@@ -11,7 +11,8 @@ own body, under no ``if``, loop, conditional expression, ``and``/``or`` or lambd
   argument decides (``needs``: "fsdp1", a ``state_dict()`` gathers only on an FSDP1
   module; "sharded", unless the caller's module is proven not sharded; "fsdp-file", a
   ``torch.distributed`` collective counts only where the caller's file uses FSDP, as in
-  ``facts.collectives``);
+  ``facts.collectives``; "fsdp2", a DTensor gather (``.full_tensor()``) over the
+  parameters of a module counts where the caller's module is sharded with ``fully_shard``);
 - ``shards``: the parameter it shards in place with FSDP2 ``fully_shard``;
 - ``saves``: it writes a file with ``torch.save`` / safetensors, under no rank test, to
   the path its parameter ``save_path`` gives (None: a path of its own, not per rank);
