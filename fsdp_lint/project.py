@@ -51,7 +51,7 @@ from fsdp_lint.launch import project_root
 from fsdp_lint.positions import Positions
 from fsdp_lint.source import line_starts
 
-SUMMARY_VERSION = "project-index-3"
+SUMMARY_VERSION = "project-index-4"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
 MEMO_SECONDS = 5.0
@@ -78,7 +78,7 @@ _FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r"
 
 def _may_have_summary(text: str) -> bool:
     """The text has a call a summary can come from (``_may_summarize`` then looks closer)."""
-    if _GATHER_WORDS.search(text):
+    if _GATHER_WORDS.search(text) or "FullyShardedDataParallel" in text:
         return True
     if "torch.distributed" in text and _DIST_WORDS.search(text):
         return True
@@ -87,7 +87,7 @@ def _may_have_summary(text: str) -> bool:
 
 _FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;(]*)", re.M)
-_AT_FIELDS = ("line", "collective_at", "shard_at", "save_at")
+_AT_FIELDS = ("line", "collective_at", "shard_at", "save_at", "wrap_at")
 
 
 class ModuleSummary:
@@ -139,7 +139,9 @@ def _may_summarize(text: str) -> bool:
     loop, ``try`` or short-circuit), one of ``_SUMMARY_CALLS`` (``torch.distributed``'s only
     in a file naming it, ``state_dict()`` only on one of its parameters, a save only as
     ``torch.save`` or safetensors' ``save_file``), or another top-level function of the
-    file that does."""
+    file that does; or, in a file naming ``FullyShardedDataParallel``, returns a value (it
+    may return an FSDP1 wrap); or gathers a DTensor in a loop over its parameter's
+    parameters."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -149,6 +151,7 @@ def _may_summarize(text: str) -> bool:
     distributed = "torch.distributed" in text
     frameworks = "accelerat" in text or "abric" in text or "lightning" in text
     shows_fsdp = "fsdp" in text.lower()
+    fsdp1 = "FullyShardedDataParallel" in text  # a helper may return an FSDP1 wrap (``Helper.wraps``)
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     calls: Dict[str, set] = {}
     found = set()
@@ -169,6 +172,8 @@ def _may_summarize(text: str) -> bool:
                 continue
             if isinstance(node, skipped):
                 continue
+            if fsdp1 and isinstance(node, ast.Return) and node.value is not None:
+                found.add(name)
             if isinstance(node, ast.Call):
                 func = node.func
                 last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)

@@ -207,3 +207,21 @@ def test_a_dtensor_gather_over_a_parameters_parameters_is_a_collective(tmp_path)
         done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
                                "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
         assert [r["code"] for r in json.loads(done.stdout)] == expected, shard
+
+
+def test_a_helper_returning_an_fsdp1_wrap_carries_its_configuration():
+    found = _functions(
+        "from torch.distributed.fsdp import CPUOffload, ShardingStrategy\n\n\n"
+        "def offloaded(model):\n    return FSDP(model, cpu_offload=CPUOffload(offload_params=True))\n\n\n"
+        "def named(module, strategy):\n    wrapped = FSDP(module, use_orig_params=True, sharding_strategy=ShardingStrategy.NO_SHARD)\n"
+        "    return wrapped\n\n\n"
+        "def chosen(model, offload):\n    return FSDP(model, cpu_offload=CPUOffload(offload_params=offload))\n\n\n"
+        "def maybe(model, flag):\n    if flag:\n        return FSDP(model)\n    return model\n\n\n"
+        "def other(model):\n    net = model.module\n    return FSDP(net)\n"
+    )
+    assert {name for name, data in found.items() if data["wraps"]} == {"offloaded", "named", "chosen"}
+    assert (found["offloaded"]["wraps"], found["offloaded"]["wrap_offload"], found["offloaded"]["wrap_orig_params"],
+            found["offloaded"]["wrap_at"], found["offloaded"]["kinds"]) == ("model", True, False, 10, ("wraps", "offloads"))
+    assert (found["named"]["wraps"], found["named"]["wrap_offload"], found["named"]["wrap_orig_params"],
+            found["named"]["wrap_sharding"]) == ("module", False, True, ("NO_SHARD",))
+    assert found["chosen"]["wrap_offload"] is None and found["chosen"]["kinds"] == ("wraps",)  # read from an argument

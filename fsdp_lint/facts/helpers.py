@@ -27,7 +27,8 @@ from fsdp_lint.facts.collectives import (
 )
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_module
 from fsdp_lint.facts.frameworks import framework_collective
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, uses_fsdp
+from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, uses_fsdp, wrap_config
 from fsdp_lint.facts.helper_summary import Helper, argument, kinds_of, project_helper
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, FunctionInfo, ModuleFacts
@@ -163,6 +164,7 @@ class _Summarizer:
                 if param is not None:
                     inner = wrap.through or wrap
                     helper.shards, helper.shard_at = param, inner.site.node
+        self._returned_wrap(info, helper)
         helper.builds_optimizer = any(o.site.ctx.function is info.node for o in optimizers(facts))
         helper.kinds = kinds_of(helper)
         return helper
@@ -219,6 +221,38 @@ class _Summarizer:
                 helper.model, helper.needs = param, inner.needs
             elif passed is not None and applies(facts, inner, site):
                 helper.collective, helper.collective_at, helper.advice = inner.collective, inner.collective_at, inner.advice
+
+    def _returned_wrap(self, info: FunctionInfo, helper: Helper) -> None:
+        """``def wrap_model(model, cfg): ...; return FSDP(model, cpu_offload=...)``: every
+        ``return`` of the helper gives the one FSDP1 wrap of its parameter, built on every
+        call; the wrap's configuration as ``fsdp_modules.wrap_config`` reads it, each value
+        kept where it is known."""
+        facts = self.facts
+        modules = fsdp_modules(facts)
+        returns = [r for r in facts.returns if r.ctx.function is info.node]
+        if not returns or any(r.value is None for r in returns):
+            return
+        found = None
+        for ret in returns:
+            came = sources(facts, ret.value, ret.ctx, ret.order)
+            wraps = {id(w): w for w in (modules.by_call.get(id(s.expr)) for s in came.found) if w is not None}
+            if not came.complete or len(wraps) != 1 or len(came.found) != 1:
+                return
+            (wrap,) = wraps.values()
+            if wrap.fsdp2 or (found is not None and wrap is not found):
+                return
+            found = wrap
+        site = found.site
+        if site.ctx.function is not info.node or not _always_reached(site) or _in_handler(info.node, site.ctx.statement):
+            return
+        param = _param(facts, info, found.wrapped, site)
+        if param is None:
+            return
+        config = wrap_config(facts, Origin(found))
+        helper.wraps, helper.wrap_at = param, site.node
+        helper.wrap_offload = config.offload if config.offload in (True, False) else None
+        helper.wrap_orig_params = config.use_orig_params if config.use_orig_params in (True, False) else None
+        helper.wrap_sharding = tuple(sorted(config.sharding)) if isinstance(config.sharding, set) else None
 
     def _parameter_gather(self, info: FunctionInfo, helper: Helper) -> None:
         """``for name, p in model.named_parameters(): ...optimizer.state[p]["exp_avg_sq"].full_tensor()``:

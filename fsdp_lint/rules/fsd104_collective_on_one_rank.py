@@ -35,7 +35,7 @@ class CollectiveOnOneRank(Rule):
     # torch's ``get_state_dict`` comes from ``torch.distributed.checkpoint``; a Fabric call
     # names its method (``lightning.fabric`` in an import is no call)
     seed_names = DIST_COLLECTIVES
-    project_kinds = frozenset({"shards", "collective"})
+    project_kinds = frozenset({"shards", "wraps", "collective"})
     needs_met_by_launch = frozenset({"save_model", "save_state", "load_state", "get_state_dict"})
     marker_needs = {
         **dict.fromkeys(("save_model", "save_state", "load_state"), SHOWS_FSDP_TEXT),
