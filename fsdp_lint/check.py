@@ -106,7 +106,18 @@ class Settings:
         stated = self._stated_launch(path)
         if stated is not None:
             return stated[0]
+        self.finder.notes.extend(self.launches.notes(path))
         return self.launches.for_file(path, self._index().imported_files)
+
+    def launch_notes(self, paths) -> None:
+        """The launch configs of these files' projects that could not be read, as notes of
+        the configuration finder (read again here: workers' notes do not come back)."""
+        folders = set()
+        for path in paths:
+            folder = os.path.dirname(os.path.abspath(path))
+            if folder not in folders:
+                folders.add(folder)
+                self.finder.notes.extend(self.launches.notes(path))
 
     def _index(self) -> ProjectIndex:
         if self.projects is None:

@@ -202,6 +202,7 @@ def _run_check(argv: Sequence[str]) -> int:
         finally:
             progress.finish()
         problems = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
+        settings.launch_notes(found.files)
     _show_notes(finder)
     diagnostics = problems + [d for report in reports for d in report.diagnostics]
     # the text each report's findings refer to: the fixed text where fixes were made (written
@@ -342,6 +343,7 @@ def show_settings(path: str, settings: Settings, finder: ConfigFinder) -> str:
                                ("fsdp_version", launch.version))
             if value is not None
         ]
+        details += [f"{key}={value}" for key, value in launch.settings]
         lines.append(f"launch = FSDP turned on by {launch.source}" + (f" ({', '.join(details)})" if details else ""))
         lines.append(f"project root (launch paths are relative to it) = {project_root(path)}")
     return "\n".join(lines) + "\n"
