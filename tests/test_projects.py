@@ -217,6 +217,7 @@ def main(dataset):
     ('args = {"output_dir": "out", "fsdp": "full_shard", "fsdp_config": {"min_num_params": 1e8}}', ["FSD104"]),
     ('args = dict(output_dir="out", bf16=True)', []),
     ('args = {"output_dir": "out", "fsdp": ""}', []),
+    ('args = {"output_dir": "out", "fsdp_config": {"min_num_params": 1e8}}', []),  # transformers: needs `fsdp`
 ])
 def test_a_dict_passed_as_kwargs_turns_fsdp_on(tmp_path, args, expected):
     """transformers' ``fsdp=``/``fsdp_config=`` in a dict built before ``**``: the Trainer

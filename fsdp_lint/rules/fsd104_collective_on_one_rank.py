@@ -78,8 +78,8 @@ Collectives:
   in every multi-process strategy). Lightning's `trainer.save_checkpoint` does too, but is
   not checked: its name alone would make every DeepSpeed file a candidate;
 - transformers (5.24.0): `trainer.save_model()` when the file configures FSDP (`fsdp=`,
-  `fsdp_config=`, also in a dict built before `TrainingArguments(**args)`) or the project
-  launches it with `--fsdp`;
+  also in a dict built before `TrainingArguments(**args)`; `fsdp_config=` alone turns
+  nothing on) or the project launches it with `--fsdp` (with its `--fsdp_config` JSON);
 - torchtune (0.6.1): `training.gather_cpu_state_dict`, `training.get_full_optimizer_state_dict`
   (`full_tensor()` and a barrier for every parameter).
 A helper that runs one of these on every call (under no `if`, loop or short-circuit in its
