@@ -16,7 +16,10 @@ Sources (line numbers as of the versions named):
   state dict (the Trainer default, l. 4105); under DDP it guards itself (``should_save``).
 - lightning 2.6.6: ``Fabric.save``/``Fabric.load`` end in ``self.barrier()`` (``fabric.py``
   l. 867, 915) in every multi-process strategy, and the docstring says "must be called on
-  all processes".
+  all processes"; ``Trainer.save_checkpoint`` builds the checkpoint (a full state dict under
+  ``FSDPStrategy``) and ends in ``strategy.barrier`` (``pytorch/trainer/trainer.py``
+  l. 1463-1465); the strategy names ``fsdp`` and ``fsdp_cpu_offload`` (``cpu_offload=True``)
+  are registered in ``pytorch/strategies/fsdp.py`` l. 486-502.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ ALWAYS = {
 WITH_FSDP = {
     "accelerator": frozenset({"get_state_dict", "save_model", "save_state", "load_state"}),
     "hf_trainer": frozenset({"save_model"}),
+    # lightning 2.6.6 ``pytorch/trainer/trainer.py`` l. 1463-1465: ``dump_checkpoint`` (under
+    # FSDP a full state dict, ``strategies/fsdp.py`` l. 505) then ``strategy.barrier``; counted
+    # only where FSDP shows (not every DeepSpeed or DDP script)
+    "lightning_trainer": frozenset({"save_checkpoint"}),
 }
 _FRAMEWORK_BY_NAME = {"accelerator": "accelerator", "fabric": "fabric"}
 
