@@ -106,7 +106,23 @@ class Settings:
         stated = self._stated_launch(path)
         if stated is not None:
             return stated[0]
-        return self.launches.for_file(path)
+        self.finder.notes.extend(self.launches.notes(path))
+        return self.launches.for_file(path, self._index().imported_files)
+
+    def launch_notes(self, paths) -> None:
+        """The launch configs of these files' projects that could not be read, as notes of
+        the configuration finder (read again here: workers' notes do not come back)."""
+        folders = set()
+        for path in paths:
+            folder = os.path.dirname(os.path.abspath(path))
+            if folder not in folders:
+                folders.add(folder)
+                self.finder.notes.extend(self.launches.notes(path))
+
+    def _index(self) -> ProjectIndex:
+        if self.projects is None:
+            self.projects = ProjectIndex(self.cache.directory if self.cache is not None else None)
+        return self.projects
 
     def launcher_for(self, path: str):
         """What starts ``path`` when known and it is not an FSDP launch (``launch.Launcher``)."""
@@ -118,9 +134,7 @@ class Settings:
     def project_for(self, path: str):
         """The project's other files as ``path`` imports them (``fsdp_lint.project``); the
         summaries are cached beside the results (memory only without a cache)."""
-        if self.projects is None:
-            self.projects = ProjectIndex(self.cache.directory if self.cache is not None else None)
-        view = self.projects.view(path)
+        view = self._index().view(path)
         if view is not None:
             view.launcher = self.launcher_for(path)
         return view

@@ -41,6 +41,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.dtensors import GATHERS as _DTENSOR_GATHERS
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
 from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP
 from fsdp_lint.facts.helper_summary import Helper
@@ -50,10 +51,14 @@ from fsdp_lint.launch import project_root
 from fsdp_lint.positions import Positions
 from fsdp_lint.source import line_starts
 
-SUMMARY_VERSION = "project-index-2"
+SUMMARY_VERSION = "project-index-4"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
 MEMO_SECONDS = 5.0
+# a launched script's imports are followed this many files deep, this many files at most
+# (``imported_files``: the modules a launch reaches)
+MAX_REACH_DEPTH = 4
+MAX_REACH_FILES = 300
 # a summary can only come from a call of one of these (``facts.helpers``): a file without
 # one is not parsed
 _FRAMEWORK_CALLS = frozenset().union(*ALWAYS.values(), *WITH_FSDP.values())
@@ -73,7 +78,7 @@ _FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r"
 
 def _may_have_summary(text: str) -> bool:
     """The text has a call a summary can come from (``_may_summarize`` then looks closer)."""
-    if _GATHER_WORDS.search(text):
+    if _GATHER_WORDS.search(text) or "FullyShardedDataParallel" in text:
         return True
     if "torch.distributed" in text and _DIST_WORDS.search(text):
         return True
@@ -82,7 +87,7 @@ def _may_have_summary(text: str) -> bool:
 
 _FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;(]*)", re.M)
-_AT_FIELDS = ("line", "collective_at", "shard_at", "save_at")
+_AT_FIELDS = ("line", "collective_at", "shard_at", "save_at", "wrap_at")
 
 
 class ModuleSummary:
@@ -134,7 +139,9 @@ def _may_summarize(text: str) -> bool:
     loop, ``try`` or short-circuit), one of ``_SUMMARY_CALLS`` (``torch.distributed``'s only
     in a file naming it, ``state_dict()`` only on one of its parameters, a save only as
     ``torch.save`` or safetensors' ``save_file``), or another top-level function of the
-    file that does."""
+    file that does; or, in a file naming ``FullyShardedDataParallel``, returns a value (it
+    may return an FSDP1 wrap); or gathers a DTensor in a loop over its parameter's
+    parameters."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -144,6 +151,7 @@ def _may_summarize(text: str) -> bool:
     distributed = "torch.distributed" in text
     frameworks = "accelerat" in text or "abric" in text or "lightning" in text
     shows_fsdp = "fsdp" in text.lower()
+    fsdp1 = "FullyShardedDataParallel" in text  # a helper may return an FSDP1 wrap (``Helper.wraps``)
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     calls: Dict[str, set] = {}
     found = set()
@@ -157,8 +165,15 @@ def _may_summarize(text: str) -> bool:
         callees = calls.setdefault(name, set())
         while stack:
             node = stack.pop()
+            if isinstance(node, ast.For) and _parameter_loop(node, params):
+                if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _DTENSOR_GATHERS
+                       for n in ast.walk(node)):
+                    found.add(name)  # ``facts.helpers``: a DTensor gather over a parameter's parameters
+                continue
             if isinstance(node, skipped):
                 continue
+            if fsdp1 and isinstance(node, ast.Return) and node.value is not None:
+                found.add(name)
             if isinstance(node, ast.Call):
                 func = node.func
                 last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
@@ -186,6 +201,14 @@ def _may_summarize(text: str) -> bool:
     for _ in range(3):
         found |= {name for name, callees in calls.items() if callees & found}
     return bool(found)
+
+
+def _parameter_loop(loop: ast.For, params) -> bool:
+    """``for ... in <param>.parameters()`` / ``.named_parameters()``."""
+    iterated = loop.iter
+    return isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Attribute) \
+        and iterated.func.attr in ("parameters", "named_parameters") \
+        and isinstance(iterated.func.value, ast.Name) and iterated.func.value.id in params
 
 
 def _import_bindings(text: str) -> List[Tuple[str, str]]:
@@ -226,6 +249,7 @@ class ProjectIndex:
         self._exists: Dict[str, bool] = {}
         self._packages: Dict[str, str] = {}
         self._modules: Dict[Tuple[str, str, str], Optional[str]] = {}
+        self._reach: Dict[str, Tuple[Tuple[int, int], FrozenSet[str]]] = {}
         self._since = time.monotonic()  # folders and files looked up are kept ``MEMO_SECONDS``
 
     def __getstate__(self):  # workers start with empty memories
@@ -241,6 +265,7 @@ class ProjectIndex:
             self._exists.clear()
             self._packages.clear()
             self._modules.clear()
+            self._reach.clear()
             self._since = now
         path = os.path.abspath(path)
         folder = os.path.dirname(path)
@@ -345,6 +370,71 @@ class ProjectIndex:
                         return candidate
                     return None
         return None
+
+    def _direct_imports(self, path: str, root: str) -> List[str]:
+        """The project files ``path``'s import statements name (a module, or the module of
+        an imported name), each once; read with ``ast`` (an import in a string or comment
+        is none)."""
+        try:
+            if os.path.getsize(path) > MAX_BYTES:
+                return []
+            with open(path, "rb") as handle:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    tree = ast.parse(handle.read())
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            return []
+        specs: List[Tuple[str, str]] = []  # (module, a name imported from it or "")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                specs += [(alias.name, "") for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                specs += [(module, alias.name) for alias in node.names if alias.name != "*"] or [(module, "")]
+        found: List[str] = []
+        for module, name in specs:
+            candidates = []
+            if name:
+                candidates.append(f"{module}{name}" if module.endswith(".") else f"{module}.{name}")
+            if module.strip("."):
+                candidates.append(module)
+            for candidate in candidates:
+                target = self.module_file(path, root, candidate)
+                if target is not None:
+                    if target != path:
+                        found.append(target)
+                    break
+        return list(dict.fromkeys(found))
+
+    def imported_files(self, script: str) -> FrozenSet[str]:
+        """The project files a script imports, and what they import, ``MAX_REACH_DEPTH``
+        files deep and ``MAX_REACH_FILES`` at most (imports read as ``_import_bindings`` reads
+        them: a plain scan, also imports inside functions).  A launch of the script runs them
+        in its processes (``launch.ProjectLaunches.for_file``)."""
+        script = os.path.abspath(script)
+        try:
+            stat = os.stat(script)
+        except OSError:
+            return frozenset()
+        key = (stat.st_mtime_ns, stat.st_size)
+        memo = self._reach.get(script)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        root = project_root(script)
+        seen: Dict[str, None] = {}
+        if root is not None:
+            layer = [script]
+            for _ in range(MAX_REACH_DEPTH):
+                following = []
+                for path in layer:
+                    for target in self._direct_imports(path, root):
+                        if target not in seen and target != script and len(seen) < MAX_REACH_FILES:
+                            seen[target] = None
+                            following.append(target)
+                layer = following
+        found = frozenset(seen)
+        self._reach[script] = (key, found)
+        return found
 
     def helper(self, importer: str, root: str, spec: str, depth: int = 0) -> Optional[Tuple[str, Helper]]:
         """(file, summary) of the project function ``spec`` names in ``importer``."""

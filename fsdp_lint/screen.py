@@ -455,10 +455,13 @@ class Summary:
                 for call in frame.calls:
                     names = self.callee(call)
                     if names.isdisjoint(_WRAPS):
-                        if "shards" in self.project_kinds(call):  # ``fsdp_modules._project_shard``
+                        kinds = self.project_kinds(call)
+                        if "shards" in kinds:  # ``fsdp_modules._project_shard``
                             taken = set(filter(None, (_dotted(a) for a in call.args)))
                             taken.update(filter(None, (_dotted(k.value) for k in call.keywords)))
                             found.append((key, call, False, set(self.assigned_to.get(id(call), ())) | taken))
+                        elif "wraps" in kinds:  # ``fsdp_modules._project_wrap``: an FSDP1 wrap it returns
+                            found.append((key, call, True, set(self.assigned_to.get(id(call), ()))))
                         continue
                     fsdp1 = not names.isdisjoint(torch_api.FSDP_CLASS)
                     bound = set(self.assigned_to.get(id(call), ()))
@@ -750,8 +753,13 @@ def _cpu_device(s: Summary) -> bool:
 
 
 def _offload(s: Summary) -> bool:
-    """Parameters on the CPU somewhere (``offload.cpu_param_evidence``)."""
-    return not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_device(s)
+    """Parameters on the CPU somewhere (``offload.cpu_param_evidence``), or a project
+    helper's FSDP1 wrap that offloads (``Helper.wrap_offload``)."""
+    return not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_device(s) or _project_offloads(s)
+
+
+def _project_offloads(s: Summary) -> bool:
+    return any("offloads" in kinds for kinds in s.project.values())
 
 
 def _summons(s: Summary) -> List[ast.Call]:
@@ -940,7 +948,7 @@ def _fsd102(s: Summary) -> Iterator[ast.AST]:
 
 def _fsd103(s: Summary) -> Iterator[ast.AST]:
     # ``m.cuda()`` / ``m.to(...)`` with ``m`` from an FSDP1 wrap, in a file that offloads
-    if not s.fsdp1_wraps() or s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")):
+    if not s.fsdp1_wraps() or (s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) and not _project_offloads(s)):
         return
     for name in ("cuda", "to"):
         for call in s.calls_by_name.get(name, ()):
@@ -1039,7 +1047,9 @@ def _on_subgroup(call: ast.Call, names: Set[str]) -> bool:
 
 
 def _is_fsdp1_wrap(s: Summary, node: ast.AST) -> bool:
-    return type(node) is ast.Call and not s.callee(node).isdisjoint(torch_api.FSDP_CLASS)
+    """``FSDP(m)``, or the call of a project helper that returns an FSDP1 wrap."""
+    return type(node) is ast.Call and (
+        not s.callee(node).isdisjoint(torch_api.FSDP_CLASS) or "wraps" in s.project_kinds(node))
 
 
 def _from_fsdp1(s: Summary, expr: ast.AST, call: ast.Call) -> bool:

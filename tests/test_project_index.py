@@ -179,3 +179,49 @@ def test_a_barrier_helper_balanced_by_the_callers_other_branch_is_quiet(tmp_path
     assert _cli("--no-cache", "train.py", cwd=root) == []
     root = _project(tmp_path / "hang", {"pyproject.toml": "", "helpers.py": helper, "train.py": body.format(other="")})
     assert _cli("--no-cache", "train.py", cwd=root) == [(12, "FSD104")]
+
+
+def test_a_dtensor_gather_over_a_parameters_parameters_is_a_collective(tmp_path):
+    """``for n, p in model.named_parameters(): optimizer.state[p]["exp_avg_sq"].full_tensor()``
+    gathers on every call when the caller's ``model`` is sharded with ``fully_shard``;
+    a loop over something else, a gather under an ``if``, or a caller whose model is not
+    sharded is not one."""
+    found = _functions(
+        "def moments(model, optimizer):\n    out = {}\n    for name, p in model.named_parameters():\n"
+        "        state = optimizer.state[p]\n        out[name] = state['exp_avg_sq'].full_tensor()\n    return out\n\n\n"
+        "def others(model, tensors):\n    for t in tensors:\n        t.full_tensor()\n\n\n"
+        "def maybe(model, flag):\n    for p in model.parameters():\n        if flag:\n            p.full_tensor()\n"
+    )
+    assert set(found) == {"moments"}
+    assert (found["moments"]["model"], found["moments"]["needs"], found["moments"]["collective_at"]) == ("model", "fsdp2", 10)
+    caller = (
+        "import torch.distributed as dist\nfrom torch.distributed.fsdp import fully_shard\nfrom io_utils import moments\n\n\n"
+        "def train(model, optimizer):\n    {shard}\n    if dist.get_rank() == 0:\n        moments(model, optimizer)\n"
+    )
+    for shard, expected in (("fully_shard(model)", ["FSD104"]), ("model = model.cuda()", [])):
+        root = _project(tmp_path / str(len(expected)), {
+            "pyproject.toml": "", "io_utils.py": FSDP_HEADER + "def moments(model, optimizer):\n    out = []\n    for p in model.parameters():\n"
+            "        out.append(optimizer.state[p]['exp_avg'].full_tensor())\n    return out\n",
+            "train.py": caller.format(shard=shard),
+        })
+        done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
+                               "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
+        assert [r["code"] for r in json.loads(done.stdout)] == expected, shard
+
+
+def test_a_helper_returning_an_fsdp1_wrap_carries_its_configuration():
+    found = _functions(
+        "from torch.distributed.fsdp import CPUOffload, ShardingStrategy\n\n\n"
+        "def offloaded(model):\n    return FSDP(model, cpu_offload=CPUOffload(offload_params=True))\n\n\n"
+        "def named(module, strategy):\n    wrapped = FSDP(module, use_orig_params=True, sharding_strategy=ShardingStrategy.NO_SHARD)\n"
+        "    return wrapped\n\n\n"
+        "def chosen(model, offload):\n    return FSDP(model, cpu_offload=CPUOffload(offload_params=offload))\n\n\n"
+        "def maybe(model, flag):\n    if flag:\n        return FSDP(model)\n    return model\n\n\n"
+        "def other(model):\n    net = model.module\n    return FSDP(net)\n"
+    )
+    assert {name for name, data in found.items() if data["wraps"]} == {"offloaded", "named", "chosen"}
+    assert (found["offloaded"]["wraps"], found["offloaded"]["wrap_offload"], found["offloaded"]["wrap_orig_params"],
+            found["offloaded"]["wrap_at"], found["offloaded"]["kinds"]) == ("model", True, False, 10, ("wraps", "offloads"))
+    assert (found["named"]["wraps"], found["named"]["wrap_offload"], found["named"]["wrap_orig_params"],
+            found["named"]["wrap_sharding"]) == ("module", False, True, ("NO_SHARD",))
+    assert found["chosen"]["wrap_offload"] is None and found["chosen"]["kinds"] == ("wraps",)  # read from an argument

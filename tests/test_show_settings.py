@@ -78,3 +78,25 @@ def test_show_fixes_lists_the_fixed_findings_per_file_and_rule(cli, tmp_path):
     assert "Fixed" not in cli("check", "--no-cache", "--fix", "a.py", cwd=tmp_path).stdout
     shutil.copy(READ_ONLY, tmp_path / "a.py")
     assert "Fixed" not in cli("check", "--no-cache", "--show-fixes", "a.py", cwd=tmp_path).stdout
+
+
+def test_show_settings_names_each_launch_config_and_its_settings_also_as_json(cli, tmp_path):
+    """What was detected and from where: a torchtune recipe config tied by ``tune run``, in
+    text and in ``--format json``."""
+    import json
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "configs").mkdir()
+    shutil.copy(READ_ONLY, tmp_path / "recipes" / "full_finetune.py")
+    (tmp_path / "configs" / "8b.yaml").write_text(
+        "model:\n  _component_: torchtune.models.llama3.llama3_8b\nfsdp_cpu_offload: True\ndtype: bf16\n")
+    (tmp_path / "run.sh").write_text("tune run --nproc_per_node 8 recipes/full_finetune.py --config configs/8b.yaml\n")
+    values, _ = settings_of(cli, tmp_path, "recipes/full_finetune.py")
+    assert values["launch"] == ("FSDP turned on by configs/8b.yaml:3 (fsdp_cpu_offload: True, tune run, run.sh:1) "
+                                "(offload_params=True, fsdp_version=2, dtype=bf16)")
+    result = cli("check", "--show-settings", "--format", "json", "recipes/full_finetune.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    launch = json.loads(result.stdout)["launch"]
+    assert launch["source"].startswith("configs/8b.yaml:3") and launch["launcher"] == "torchtune"
+    assert (launch["offload_params"], launch["fsdp_version"], launch["settings"]) == (True, 2, {"dtype": "bf16"})

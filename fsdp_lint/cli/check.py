@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections import Counter
@@ -161,7 +162,7 @@ def _run_check(argv: Sequence[str]) -> int:
     if reads_stdin:
         name = args.stdin_filename or "-"
         if args.show_settings:
-            return _emit(args.output_file, show_settings(name, settings, finder))
+            return _emit(args.output_file, show_settings(name, settings, finder, args.format == "json"))
         if args.force_exclude and matches_any(name, excludes):
             data = sys.stdin.buffer.read()
             if args.fix:
@@ -188,7 +189,7 @@ def _run_check(argv: Sequence[str]) -> int:
         if args.show_settings:
             if not found.files:
                 return _error("--show-settings: no Python file found under the given path(s)")
-            return _emit(args.output_file, show_settings(found.files[0], settings, finder))
+            return _emit(args.output_file, show_settings(found.files[0], settings, finder, args.format == "json"))
         for path in found.not_python:
             _warn(f"skipped {display_path(path)}: {NOT_PYTHON}")
         if not found.files and not found.problems:
@@ -202,6 +203,7 @@ def _run_check(argv: Sequence[str]) -> int:
         finally:
             progress.finish()
         problems = [error_diagnostic(IO_ERROR, path, why) for path, why in found.problems]
+        settings.launch_notes(found.files)
     _show_notes(finder)
     diagnostics = problems + [d for report in reports for d in report.diagnostics]
     # the text each report's findings refer to: the fixed text where fixes were made (written
@@ -304,8 +306,9 @@ def _fixed_summary(reports: Sequence[FileReport], fixed: int) -> str:
     return "".join(out)
 
 
-def show_settings(path: str, settings: Settings, finder: ConfigFinder) -> str:
-    """``--show-settings``: what fsdp-lint uses for ``path`` and where each value comes from."""
+def show_settings(path: str, settings: Settings, finder: ConfigFinder, as_json: bool = False) -> str:
+    """``--show-settings``: what fsdp-lint uses for ``path`` and where each value comes from
+    (``--format json``: the same as one JSON object, the launch with each detected setting)."""
     config = finder.for_file(path)
     o = settings.overrides
     where = config.path or "(none: defaults)"
@@ -333,6 +336,16 @@ def show_settings(path: str, settings: Settings, finder: ConfigFinder) -> str:
         f"target-torch-version = {target or '(not set: every rule, paths fixed long ago off)'}"
         f"  # {origin(o.target_torch_version, config.target_torch_version)}",
     ]
+    if as_json:
+        data = {"file": display_path(path), "settings_path": config.path, "select": list(select),
+                "ignore": list(ignores), "rules": [rule.code for rule in settings.rules_for(path)],
+                "target_torch_version": target, "launch": None}
+        if launch is not None:
+            data["launch"] = {"source": launch.source, "launcher": launch.launcher or None,
+                              "offload_params": launch.offload_params, "use_orig_params": launch.use_orig_params,
+                              "fsdp_version": launch.version, "settings": dict(launch.settings),
+                              "project_root": project_root(path)}
+        return json.dumps(data, indent=2) + "\n"
     if launch is None:
         lines.append("launch = (no FSDP launch detected for this file)")
     else:
@@ -342,6 +355,7 @@ def show_settings(path: str, settings: Settings, finder: ConfigFinder) -> str:
                                ("fsdp_version", launch.version))
             if value is not None
         ]
+        details += [f"{key}={value}" for key, value in launch.settings]
         lines.append(f"launch = FSDP turned on by {launch.source}" + (f" ({', '.join(details)})" if details else ""))
         lines.append(f"project root (launch paths are relative to it) = {project_root(path)}")
     return "\n".join(lines) + "\n"

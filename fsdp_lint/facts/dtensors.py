@@ -95,6 +95,13 @@ def sharded_parameter(facts: ModuleFacts, expr, site: CallSite) -> bool:
     return False
 
 
+def sharded_module(facts: ModuleFacts, expr, site: CallSite) -> bool:
+    """``expr`` names a module sharded with ``fully_shard`` in scope at ``site`` (its
+    parameters are DTensors): a helper's DTensor gather over them is a collective
+    (``facts.helpers``, ``needs="fsdp2"``)."""
+    return _is_fsdp2(fsdp_modules(facts), dotted_name(expr), site)
+
+
 def _norm_source(facts, modules, site):
     node = site.node
     qualname = facts.qualname(node.func)

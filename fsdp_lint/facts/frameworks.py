@@ -16,7 +16,10 @@ Sources (line numbers as of the versions named):
   state dict (the Trainer default, l. 4105); under DDP it guards itself (``should_save``).
 - lightning 2.6.6: ``Fabric.save``/``Fabric.load`` end in ``self.barrier()`` (``fabric.py``
   l. 867, 915) in every multi-process strategy, and the docstring says "must be called on
-  all processes".
+  all processes"; ``Trainer.save_checkpoint`` builds the checkpoint (a full state dict under
+  ``FSDPStrategy``) and ends in ``strategy.barrier`` (``pytorch/trainer/trainer.py``
+  l. 1463-1465); the strategy names ``fsdp`` and ``fsdp_cpu_offload`` (``cpu_offload=True``)
+  are registered in ``pytorch/strategies/fsdp.py`` l. 486-502.
 """
 
 from __future__ import annotations
@@ -47,13 +50,17 @@ ALWAYS = {
 WITH_FSDP = {
     "accelerator": frozenset({"get_state_dict", "save_model", "save_state", "load_state"}),
     "hf_trainer": frozenset({"save_model"}),
+    # lightning 2.6.6 ``pytorch/trainer/trainer.py`` l. 1463-1465: ``dump_checkpoint`` (under
+    # FSDP a full state dict, ``strategies/fsdp.py`` l. 505) then ``strategy.barrier``; counted
+    # only where FSDP shows (not every DeepSpeed or DDP script)
+    "lightning_trainer": frozenset({"save_checkpoint"}),
 }
 _FRAMEWORK_BY_NAME = {"accelerator": "accelerator", "fabric": "fabric"}
 
 # Text filters for the rules' markers (``Rule.marker_needs``), each true of every file in
 # which the facts below could answer yes.
 # - ``shows_fsdp``'s evidence all names FSDP: the package ``torch.distributed.fsdp``, the
-#   plugin or a strategy class, an ``fsdp_plugin=``/``fsdp_config=``/``fsdp=`` keyword, a
+#   plugin or a strategy class, an ``fsdp_plugin=``/``fsdp=`` keyword, a
 #   strategy string with ``fsdp``, ``full_shard`` or ``shard_grad_op``;
 SHOWS_FSDP_TEXT = re.compile(r"fsdp|FSDP|FullyShardedDataParallel|full_shard|shard_grad_op")
 # - a Fabric method every rank must call, on a receiver named ``fabric`` (``self.fabric``);
@@ -132,8 +139,12 @@ def _file_shows_fsdp(facts: ModuleFacts) -> bool:
 
 
 def _turns_fsdp_on(keyword: str, value) -> bool:
-    """``fsdp_plugin=``, ``fsdp_config=``, ``strategy="fsdp"``, ``fsdp="full_shard auto_wrap"``."""
-    if keyword in ("fsdp_plugin", "fsdp_config"):
+    """``fsdp_plugin=``, ``strategy="fsdp"``, ``fsdp="full_shard auto_wrap"``.  Not
+    ``fsdp_config=`` alone: transformers reads it only when ``fsdp`` is set ("`--fsdp_config`
+    is useful only when `--fsdp` is specified", huggingface/transformers fd798335
+    ``src/transformers/training_args.py``, ``TrainingArguments.__post_init__``; newer
+    versions' ``_process_fsdp_args`` returns at once without ``fsdp``)."""
+    if keyword == "fsdp_plugin":
         return True
     if keyword in ("strategy", "fsdp"):
         text = literal_string(value) or ""
@@ -177,7 +188,8 @@ def _item_turns_fsdp_on(facts: ModuleFacts, site: CallSite, value) -> bool:
 def shows_fsdp(facts: ModuleFacts) -> bool:
     """The file configures FSDP for its framework: a torch FSDP import, an accelerate
     ``FullyShardedDataParallelPlugin``/``fsdp_plugin=``, a Lightning ``FSDPStrategy`` or
-    ``strategy="fsdp..."``, a transformers ``fsdp=``/``fsdp_config=`` argument (also in a
+    ``strategy="fsdp..."``, a transformers ``fsdp=`` argument (``fsdp_config=`` alone turns
+    nothing on: ``_turns_fsdp_on``; also in a
     dict display or ``dict(...)`` passed as ``**args``); or the
     project launches it with FSDP (``facts.launch``: an accelerate config, ``--fsdp``)."""
     return facts.cached("shows_fsdp", _shows_fsdp)

@@ -24,7 +24,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import Source, Sources, calls_of, dict_entries, sources
-from fsdp_lint.facts.helper_summary import argument as helper_argument, project_helper
+from fsdp_lint.facts.helper_summary import Helper, argument as helper_argument, project_helper
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import argument_for, function_info, lookup
@@ -45,9 +45,11 @@ class FsdpWrap:
     # the call of an in-file function that shards its parameter in place: the
     # ``fully_shard(param, ...)`` inside it (its arguments are that call's, ``kwargs`` empty)
     through: Optional["FsdpWrap"] = None
-    # the call of a project function of another file that shards its parameter in place
-    # (``facts.helper_summary``): where it shards, ``parallelize.py:42``
+    # the call of a project function of another file that shards its parameter in place,
+    # or returns it wrapped in FSDP1 (``facts.helper_summary``): where, ``parallelize.py:42``
     elsewhere: str = ""
+    # that FSDP1 wrap's configuration as the helper's summary tells it (``wrap_config``)
+    summary: Optional[Helper] = None
 
     @property
     def row_node(self) -> cst.CSTNode:
@@ -136,7 +138,8 @@ def _compute(facts: ModuleFacts) -> FsdpModules:
         qualname = facts.qualname(site.node.func)
         partial = None
         if qualname not in torch_api.FSDP_CLASS and qualname not in torch_api.FULLY_SHARD:
-            if facts.project is not None and _project_shard(facts, site, targets, fsdp2_wraps, fsdp2, events):
+            if facts.project is not None and (_project_shard(facts, site, targets, fsdp2_wraps, fsdp2, events)
+                                              or _project_wrap(facts, site, targets, wraps, fsdp1)):
                 continue
             if dotted_name(site.node.func) not in partial_names:
                 continue
@@ -200,6 +203,24 @@ def _project_shard(facts: ModuleFacts, site: CallSite, targets, fsdp2_wraps: Lis
     return True
 
 
+def _project_wrap(facts: ModuleFacts, site: CallSite, targets, wraps: List[FsdpWrap], fsdp1: Set[str]) -> bool:
+    """``model = wrap_model(model, cfg)`` where the project function ``wrap_model`` of
+    another file returns its parameter wrapped in FSDP1 (``Helper.wraps``): an FSDP1 wrap
+    of that argument, configured as the summary says (``wrap_config``)."""
+    helper = project_helper(facts, site.node.func)
+    if helper is None or helper.wraps is None:
+        return False
+    passed = dotted_name(helper_argument(helper, site.node, helper.wraps))
+    if passed is None:
+        return False
+    wrap = FsdpWrap(site, targets.get(id(site.node)), passed, {}, elsewhere=helper.place(helper.wrap_at, None),
+                    summary=helper)
+    wraps.append(wrap)
+    if wrap.target is not None:
+        fsdp1.add(wrap.target)
+    return True
+
+
 def _through_helpers(facts: ModuleFacts, targets, fsdp2_wraps: List[FsdpWrap], fsdp2: Set[str], events: List[Binding]) -> None:
     """``fully_shard`` changes its argument in place, so ``def apply_fsdp(model):
     fully_shard(model)`` shards the module its caller passes: each call of such an in-file
@@ -234,8 +255,10 @@ def _through_helpers(facts: ModuleFacts, targets, fsdp2_wraps: List[FsdpWrap], f
 
 def wrap_line(wrap: FsdpWrap, row) -> str:
     """Where a wrap is, for messages: ``line 9``, or for a project helper of another file
-    that shards, ``line 9, sharded in parallelize.py:42``."""
-    return f"line {row(wrap.site.node)}" + (f", sharded in {wrap.elsewhere}" if wrap.elsewhere else "")
+    that shards, ``line 9, sharded in parallelize.py:42`` (one that returns an FSDP1 wrap:
+    ``line 9, wrapped in wrap.py:12``)."""
+    verb = "sharded" if wrap.fsdp2 else "wrapped"
+    return f"line {row(wrap.site.node)}" + (f", {verb} in {wrap.elsewhere}" if wrap.elsewhere else "")
 
 
 def fsdp_modules(facts: ModuleFacts) -> FsdpModules:
@@ -359,6 +382,8 @@ def _star_kwargs_of_call(facts: ModuleFacts, expr, ctx, via) -> Optional[List[Di
 def argument(facts: ModuleFacts, origin: Origin, name: str) -> Argument:
     wrap = origin.wrap
     site = wrap.site
+    if wrap.summary is not None:
+        return Argument(False)  # built in another file: only its summary is known (``wrap_config``)
     arg = wrap.kwargs.get(name)
     if arg is not None:
         return Argument(True, sources(facts, arg.value, site.ctx, site.order, origin.via))
@@ -483,6 +508,13 @@ def wrap_config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
 
 def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
     wrap = origin.wrap
+    summary = wrap.summary
+    if summary is not None:
+        def known(value):
+            return UNKNOWN if value is None else value
+
+        sharding = set(summary.wrap_sharding) if summary.wrap_sharding is not None else UNKNOWN
+        return WrapConfig(known(summary.wrap_offload), None, False, known(summary.wrap_orig_params), sharding)
     offload_arg = argument(facts, origin, "offload_policy" if wrap.fsdp2 else "cpu_offload")
     offload: object = False
     offload_node = None

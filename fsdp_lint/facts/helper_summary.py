@@ -11,11 +11,17 @@ own body, under no ``if``, loop, conditional expression, ``and``/``or`` or lambd
   argument decides (``needs``: "fsdp1", a ``state_dict()`` gathers only on an FSDP1
   module; "sharded", unless the caller's module is proven not sharded; "fsdp-file", a
   ``torch.distributed`` collective counts only where the caller's file uses FSDP, as in
-  ``facts.collectives``);
+  ``facts.collectives``; "fsdp2", a DTensor gather (``.full_tensor()``) over the
+  parameters of a module counts where the caller's module is sharded with ``fully_shard``);
 - ``shards``: the parameter it shards in place with FSDP2 ``fully_shard``;
 - ``saves``: it writes a file with ``torch.save`` / safetensors, under no rank test, to
   the path its parameter ``save_path`` gives (None: a path of its own, not per rank);
-- ``builds_optimizer``: it builds an optimizer.
+- ``builds_optimizer``: it builds an optimizer;
+- ``wraps``: the parameter it returns wrapped in FSDP1 (``return FSDP(model, ...)``, on
+  every call, every ``return`` that wrap), with that wrap's configuration where it is
+  the same on every path (``wrap_offload``: ``cpu_offload=CPUOffload(offload_params=True)``;
+  ``wrap_orig_params``; ``wrap_sharding``: the ``ShardingStrategy`` members it may be; None:
+  not known here, e.g. read from the helper's own arguments).
 
 Where a place is a node of this file (``file`` empty) or a line of ``file`` (a path
 relative to the project root).  Nothing here follows a call into another file: a
@@ -50,6 +56,11 @@ class Helper:
     save_at: object = None
     save_path: Optional[str] = None
     builds_optimizer: bool = False
+    wraps: Optional[str] = None
+    wrap_at: object = None
+    wrap_offload: Optional[bool] = None
+    wrap_orig_params: Optional[bool] = None
+    wrap_sharding: Optional[Tuple[str, ...]] = None
     balanced_by: Optional[str] = None  # a ``torch.distributed`` collective's name: its caller may balance it
     kinds: Tuple[str, ...] = field(default=())
 
@@ -67,13 +78,16 @@ class Helper:
 
     @staticmethod
     def from_json(data: dict, file: str) -> "Helper":
-        helper = Helper(**{**data, "params": tuple(data.get("params", ())), "kinds": tuple(data.get("kinds", ()))})
+        sharding = data.get("wrap_sharding")
+        helper = Helper(**{**data, "params": tuple(data.get("params", ())), "kinds": tuple(data.get("kinds", ())),
+                           "wrap_sharding": tuple(sharding) if sharding is not None else None})
         helper.file = file
         return helper
 
 
 def kinds_of(helper: Helper) -> Tuple[str, ...]:
-    """What the gate reads (``screen``, ``engine.wanted_rules``): "collective", "shards", "saves"."""
+    """What the gate reads (``screen``, ``engine.wanted_rules``): "collective", "shards",
+    "saves", "wraps" (returns an FSDP1 wrap), "offloads" (that wrap offloads its parameters)."""
     found = []
     if helper.collective:
         found.append("collective")
@@ -81,6 +95,10 @@ def kinds_of(helper: Helper) -> Tuple[str, ...]:
         found.append("shards")
     if helper.saves:
         found.append("saves")
+    if helper.wraps is not None:
+        found.append("wraps")
+        if helper.wrap_offload:
+            found.append("offloads")
     return tuple(found)
 
 

@@ -25,14 +25,16 @@ from fsdp_lint.facts.collectives import (
     DIST_COLLECTIVES, FRAMEWORK_GATHERS, GATHER_ADVICE, gathers_full_state_dict, not_sharded_here, on_subgroup,
     torch_collective,
 )
+from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_module
 from fsdp_lint.facts.frameworks import framework_collective
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, uses_fsdp
+from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, uses_fsdp, wrap_config
 from fsdp_lint.facts.helper_summary import Helper, argument, kinds_of, project_helper
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, FunctionInfo, ModuleFacts
 from fsdp_lint.facts.optimizers import optimizers
 from fsdp_lint.facts.ranks import mentions_rank, per_rank_path, restricted_to_some_ranks
-from fsdp_lint.facts.scopes import lookup
+from fsdp_lint.facts.scopes import latest_binding, lookup
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.facts.values import bind_arguments, first_positional
 
@@ -59,11 +61,12 @@ def _calls_by_function(facts: ModuleFacts) -> Dict[int, List[CallSite]]:
     return found
 
 
-def _always_reached(site: CallSite) -> bool:
+def _always_reached(site: CallSite, loops_ok: bool = False) -> bool:
     """The call runs whenever its statement does, and its statement on every call of its
-    function: no guard, loop, or short-circuiting expression between them."""
+    function: no guard, loop (``loops_ok``: loops allowed, the caller vouches for them), or
+    short-circuiting expression between them."""
     ctx = site.ctx
-    if ctx.guards or ctx.loops:
+    if ctx.guards or (ctx.loops and not loops_ok):
         return False
     statement = ctx.statement
     if isinstance(statement, (cst.If, cst.For, cst.While, cst.Try)) or type(statement).__name__ in ("TryStar", "Match"):
@@ -107,6 +110,14 @@ def _param(facts: ModuleFacts, info: FunctionInfo, expr, site: CallSite) -> Opti
     return name if lookup(facts, name, site.ctx, site.order).param == name else None
 
 
+def _target_names(target) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
+    return set()
+
+
 def _model_arg(call: cst.Call):
     first = first_positional(call)
     if first is None:
@@ -141,6 +152,9 @@ class _Summarizer:
         for site in sites:
             if not helper.collective:
                 self._collective(info, site, helper, depth)
+        if not helper.collective:
+            self._parameter_gather(info, helper)
+        for site in sites:
             if not helper.saves:
                 self._save(info, site, helper)
         for wrap in fsdp_modules(facts).fsdp2_wraps:
@@ -150,6 +164,7 @@ class _Summarizer:
                 if param is not None:
                     inner = wrap.through or wrap
                     helper.shards, helper.shard_at = param, inner.site.node
+        self._returned_wrap(info, helper)
         helper.builds_optimizer = any(o.site.ctx.function is info.node for o in optimizers(facts))
         helper.kinds = kinds_of(helper)
         return helper
@@ -206,6 +221,93 @@ class _Summarizer:
                 helper.model, helper.needs = param, inner.needs
             elif passed is not None and applies(facts, inner, site):
                 helper.collective, helper.collective_at, helper.advice = inner.collective, inner.collective_at, inner.advice
+
+    def _returned_wrap(self, info: FunctionInfo, helper: Helper) -> None:
+        """``def wrap_model(model, cfg): ...; return FSDP(model, cpu_offload=...)``: every
+        ``return`` of the helper gives the one FSDP1 wrap of its parameter, built on every
+        call; the wrap's configuration as ``fsdp_modules.wrap_config`` reads it, each value
+        kept where it is known."""
+        facts = self.facts
+        modules = fsdp_modules(facts)
+        returns = [r for r in facts.returns if r.ctx.function is info.node]
+        if not returns or any(r.value is None for r in returns):
+            return
+        found = None
+        for ret in returns:
+            came = sources(facts, ret.value, ret.ctx, ret.order)
+            wraps = {id(w): w for w in (modules.by_call.get(id(s.expr)) for s in came.found) if w is not None}
+            if not came.complete or len(wraps) != 1 or len(came.found) != 1:
+                return
+            (wrap,) = wraps.values()
+            if wrap.fsdp2 or (found is not None and wrap is not found):
+                return
+            found = wrap
+        site = found.site
+        if site.ctx.function is not info.node or not _always_reached(site) or _in_handler(info.node, site.ctx.statement):
+            return
+        param = _param(facts, info, found.wrapped, site)
+        if param is None:
+            return
+        config = wrap_config(facts, Origin(found))
+        helper.wraps, helper.wrap_at = param, site.node
+        helper.wrap_offload = config.offload if config.offload in (True, False) else None
+        helper.wrap_orig_params = config.use_orig_params if config.use_orig_params in (True, False) else None
+        helper.wrap_sharding = tuple(sorted(config.sharding)) if isinstance(config.sharding, set) else None
+
+    def _parameter_gather(self, info: FunctionInfo, helper: Helper) -> None:
+        """``for name, p in model.named_parameters(): ...optimizer.state[p]["exp_avg_sq"].full_tensor()``:
+        a DTensor gather (``dtensors.GATHERS``) of what a loop over the parameters of the
+        helper's parameter ``model`` yields (the parameter, its ``.grad``, its optimizer
+        state, or a name bound to one in the loop).  When the caller passes a module sharded
+        with ``fully_shard`` these are DTensors, and the loop runs on every rank as often (the
+        same module on every rank, with parameters): a collective on every call
+        (``needs="fsdp2"``)."""
+        facts = self.facts
+        for site in self.by_function.get(id(info.node), ()):
+            func = site.node.func
+            if not (site.ctx.loops and isinstance(func, cst.Attribute) and func.attr.value in DTENSOR_GATHERS):
+                continue
+            if not _always_reached(site, loops_ok=True) or _in_handler(info.node, site.ctx.statement):
+                continue
+            model, names = None, set()
+            for loop in site.ctx.loops:
+                loop_node = loop.node
+                iterated = loop_node.iter if isinstance(loop_node, cst.For) else None
+                if not (isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute)
+                        and iterated.func.attr.value in ("parameters", "named_parameters")):
+                    model = None
+                    break
+                param = _param(facts, info, iterated.func.value, site)
+                if param is None or model not in (None, param):
+                    model = None
+                    break
+                model = param
+                names |= _target_names(loop_node.target)
+            if model is None or not self._yielded(func.value, names, site, 0):
+                continue
+            helper.collective = f"`.{func.attr.value}()` on DTensors of `{model}`'s parameters (a collective)"
+            helper.collective_at, helper.advice, helper.model, helper.needs = site.node, GATHER_ADVICE, model, "fsdp2"
+            return
+
+    def _yielded(self, expr, names: Set[str], site: CallSite, depth: int) -> bool:
+        """``expr`` is a loop variable in ``names``, its attribute (``p.grad``), a subscript
+        by it (``optimizer.state[p]``) or of one (``state["exp_avg_sq"]``), or a local name
+        bound to one of these in the helper."""
+        while isinstance(expr, (cst.Attribute, cst.Subscript)):
+            if isinstance(expr, cst.Subscript) and any(
+                isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name) and e.slice.value.value in names
+                for e in expr.slice
+            ):
+                return True
+            expr = expr.value
+        if not isinstance(expr, cst.Name):
+            return False
+        if expr.value in names:
+            return True
+        latest = latest_binding(self.facts, expr.value, site.ctx, site.order)
+        if depth >= MAX_DEPTH or latest is None or latest.ctx.function is not site.ctx.function:
+            return False
+        return self._yielded(latest.value, names, site, depth + 1)
 
     def _save(self, info: FunctionInfo, site: CallSite, helper: Helper) -> None:
         facts = self.facts
@@ -265,6 +367,8 @@ def applies(facts: ModuleFacts, helper: Helper, site: CallSite) -> bool:
         return False
     if helper.needs == "fsdp1":
         return gathers_full_state_dict(facts, passed, site)
+    if helper.needs == "fsdp2":
+        return sharded_module(facts, passed, site)
     return not not_sharded_here(facts, passed, site)
 
 

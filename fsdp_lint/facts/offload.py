@@ -66,6 +66,8 @@ def _compute(facts: ModuleFacts) -> List[OffloadEvidence]:
                 evidence.append(OffloadEvidence(CPU_DEVICE, wrap.site.node, wrap))
                 seen.add(id(wrap.site.node))
             node = config.offload_node
+            if node is None and wrap.summary is not None:
+                node = wrap.site.node  # a project helper's wrap: configured in its file (``wrap.elsewhere``)
             if config.offload is True and node is not None and id(node) not in seen:
                 kind = OFFLOAD_POLICY if wrap.fsdp2 else CPU_OFFLOAD
                 evidence.append(OffloadEvidence(kind, node, wrap))

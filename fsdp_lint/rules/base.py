@@ -112,8 +112,9 @@ class Rule:
     launch_markers: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
     # what a project helper the file calls does (``facts.helper_summary.kinds_of``) that
     # makes the rule wanted whatever the markers say: a module sharded by a helper of
-    # another file is sharded for every rule that reads the file's FSDP2 wraps
-    project_kinds: ClassVar[FrozenSet[str]] = frozenset({"shards"})
+    # another file is sharded for every rule that reads the file's FSDP2 wraps, and one a
+    # helper returns wrapped in FSDP1 is wrapped for every rule that reads the FSDP1 wraps
+    project_kinds: ClassVar[FrozenSet[str]] = frozenset({"shards", "wraps"})
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}
     paths_on_by_default: ClassVar[FrozenSet[str]] = frozenset()

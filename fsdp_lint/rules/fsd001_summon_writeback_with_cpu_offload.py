@@ -131,10 +131,14 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
             on_cpu_device = [e for e in found if e.kind == CPU_DEVICE]
             evidence = on_cpu_device[0] if on_cpu_device and summon.value("offload_to_cpu") is True else found[0]
             where = f"{evidence.kind}, line {report.row(evidence.node)}"
+            if evidence.wrap is not None and evidence.wrap.elsewhere and evidence.node is evidence.wrap.site.node:
+                where = f"{evidence.kind}, in {evidence.wrap.elsewhere}"  # configured in the helper's file
             if evidence.wrap is not None:
                 model = summon.module_expr
                 name = facts.module.code_for_node(model) if model is not None else "the model"
-                subject = f"`{name}` (wrapped at line {report.row(evidence.wrap.site.node)}) keeps its FSDP parameters on the CPU ({where})"
+                wrapped = f"line {report.row(evidence.wrap.site.node)}" + (
+                    f", in {evidence.wrap.elsewhere}" if evidence.wrap.elsewhere else "")
+                subject = f"`{name}` (wrapped at {wrapped}) keeps its FSDP parameters on the CPU ({where})"
             else:
                 subject = f"this module keeps FSDP parameters on the CPU ({where})"
             edits = summon.block_may_edit(facts)

@@ -137,7 +137,8 @@ other code with it.
                         continue
                     where = f"line {report.row(site.node)}"
                     if wrap.elsewhere:
-                        where += (f": `{facts.module.code_for_node(site.node.func)}` shards it, wrapped in "
+                        does = "shards it" if wrap.fsdp2 else "returns it in FSDP1"
+                        where += (f": `{facts.module.code_for_node(site.node.func)}` {does}, wrapped in "
                                   f"{wrap.elsewhere}")
                     message = (
                         f"optimizer built from `{optimizer.module}.parameters()` before `{wrapped}` is wrapped by FSDP "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts.dataflow import Source
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, is_accelerator_device, origins, wrap_config
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, is_accelerator_device, origins, wrap_config, wrap_line
 from fsdp_lint.facts.values import first_positional
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -79,7 +79,7 @@ No automatic fix: where the module should live is the author's decision.
             name = facts.module.code_for_node(func.value)
             report(
                 site.node,
-                f"`{name}` was wrapped with CPU parameter offload (line {report.row(wrap.site.node)}); "
+                f"`{name}` was wrapped with CPU parameter offload ({wrap_line(wrap, report.row)}); "
                 "moving it to the GPU makes the first forward raise RuntimeError; let FSDP place the "
                 "parameters (pass `device_id`, move before wrapping)",
                 statement=site.ctx.statement,

@@ -26,7 +26,7 @@ class CollectiveOnOneRank(Rule):
             "get_optimizer_state_dict", "summon_full_params", "optim_state_dict", "full_optim_state_dict",
             "wait_for_everyone", "gather_for_metrics", "pad_across_processes", "save_state", "load_state",
             "save_model", "fabric", "Fabric", "gather_cpu_state_dict", "get_full_optimizer_state_dict",
-            "get_full_model_state_dict",
+            "get_full_model_state_dict", "save_checkpoint",
         ),
         ("rank", "RANK", "main_process", "is_global_zero", "is_master", "process_zero", "should_save",
          "process_index", "is_main", "master_only"),
@@ -35,10 +35,10 @@ class CollectiveOnOneRank(Rule):
     # torch's ``get_state_dict`` comes from ``torch.distributed.checkpoint``; a Fabric call
     # names its method (``lightning.fabric`` in an import is no call)
     seed_names = DIST_COLLECTIVES
-    project_kinds = frozenset({"shards", "collective"})
-    needs_met_by_launch = frozenset({"save_model", "save_state", "load_state", "get_state_dict"})
+    project_kinds = frozenset({"shards", "wraps", "collective"})
+    needs_met_by_launch = frozenset({"save_model", "save_state", "load_state", "get_state_dict", "save_checkpoint"})
     marker_needs = {
-        **dict.fromkeys(("save_model", "save_state", "load_state"), SHOWS_FSDP_TEXT),
+        **dict.fromkeys(("save_model", "save_state", "load_state", "save_checkpoint"), SHOWS_FSDP_TEXT),
         "get_state_dict": re.compile(f"{SHOWS_FSDP_TEXT.pattern}|checkpoint"),
         "fabric": FABRIC_CALL_TEXT,
         "Fabric": FABRIC_METHOD_TEXT,
@@ -75,11 +75,14 @@ Collectives:
   with `distributed_type: FSDP`, `--use_fsdp`; see the README: they gather only under FSDP
   or ZeRO-3);
 - Lightning (2.6.6): `fabric.save`, `fabric.load`, `fabric.barrier` (each ends in a barrier
-  in every multi-process strategy). Lightning's `trainer.save_checkpoint` does too, but is
-  not checked: its name alone would make every DeepSpeed file a candidate;
+  in every multi-process strategy); the Trainer's `trainer.save_checkpoint` (a full state
+  dict under FSDP, then a barrier) when the file configures FSDP (`strategy="fsdp"`,
+  `FSDPStrategy`) or the project launches it with FSDP (a LightningCLI config passed with
+  `--config`: `trainer: strategy: fsdp` or `class_path: ...FSDPStrategy`), not in every
+  DeepSpeed or DDP file;
 - transformers (5.24.0): `trainer.save_model()` when the file configures FSDP (`fsdp=`,
-  `fsdp_config=`, also in a dict built before `TrainingArguments(**args)`) or the project
-  launches it with `--fsdp`;
+  also in a dict built before `TrainingArguments(**args)`; `fsdp_config=` alone turns
+  nothing on) or the project launches it with `--fsdp` (with its `--fsdp_config` JSON);
 - torchtune (0.6.1): `training.gather_cpu_state_dict`, `training.get_full_optimizer_state_dict`
   (`full_tensor()` and a barrier for every parameter).
 A helper that runs one of these on every call (under no `if`, loop or short-circuit in its

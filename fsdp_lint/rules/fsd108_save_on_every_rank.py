@@ -21,7 +21,7 @@ class SaveOnEveryRank(Rule):
     name = "save-on-every-rank"
     summary = "`torch.save` / `save_pretrained` to one path on every rank of an FSDP program: the ranks overwrite each other"
     fix_availability = FIX_NEVER
-    project_kinds = frozenset({"shards", "saves"})
+    project_kinds = frozenset({"shards", "wraps", "saves"})
     markers = (
         ("save", "save_pretrained", "save_file", "save_model"),
         ("FullyShardedDataParallel", "fully_shard", "torch.distributed.fsdp"),
