@@ -446,6 +446,7 @@ def is_cpu_device(facts: ModuleFacts, source: Source) -> bool:
 
 
 _DEVICE_WORDS = ("device", "cuda", "gpu", "rank")
+_ACCELERATOR_MODULES = ("torch.cuda.", "torch.xpu.", "torch.npu.", "torch.mps.", "torch.accelerator.")
 
 
 def is_accelerator_device(facts: ModuleFacts, source: Source, depth: int = 0) -> bool:
@@ -465,6 +466,10 @@ def is_accelerator_device(facts: ModuleFacts, source: Source, depth: int = 0) ->
         return lead.startswith(("cuda", "xpu", "npu", "mps", "hpu"))
     if isinstance(expr, cst.Call) and facts.qualname(expr.func) in torch_api.TORCH_DEVICE:
         return not is_cpu_device(facts, source)
+    if isinstance(expr, cst.Call):  # torch.cuda.current_device(), get_local_device()
+        callee = facts.qualname(expr.func) or dotted_name(expr.func) or ""
+        return callee.startswith(_ACCELERATOR_MODULES) or (
+            "dtype" not in callee.lower() and any(w in callee.rsplit(".", 1)[-1].lower() for w in _DEVICE_WORDS))
     qualname = facts.qualname(expr)
     if qualname is not None and qualname.startswith("torch."):
         return False  # a torch constant: a dtype, not a device
