@@ -2,6 +2,7 @@
 
 import copy
 
+import torch  # noqa: F401 - the fixed program uses it
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 

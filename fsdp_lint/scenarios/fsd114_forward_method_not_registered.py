@@ -3,7 +3,7 @@ training step, without register_fsdp_forward_method."""
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method  # noqa: F401 - the fixed program uses it
 
 from fsdp_lint.scenarios import _harness
 
