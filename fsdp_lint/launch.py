@@ -577,10 +577,14 @@ class LaunchFinder:
 
     def __init__(self) -> None:
         self._projects: Dict[str, Optional[ProjectLaunches]] = {}
+        self._roots: Dict[str, Optional[str]] = {}  # folder -> its project root (one walk up per folder)
         self._noted: set = set()
 
     def _project(self, path: str) -> Optional[ProjectLaunches]:
-        root = project_root(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in self._roots:
+            self._roots[folder] = project_root(path)
+        root = self._roots[folder]
         if root is None:
             return None
         if root not in self._projects:

@@ -1215,14 +1215,58 @@ _SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
 }
 
 
+# the facts a rule may declare in ``Rule.gate_facts``, each read off the file's summary
+_GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
+    "fsdp2_wrap": lambda s: s.fsdp2_wraps(),
+    "fsdp_wrap": lambda s: bool(s.wraps()),
+}
+
+
+def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
+    """The screen of a rule that declares what can make it fire (``Rule.gate_facts``,
+    ``Rule.gate_calls``) instead of having a hand-written one: nothing unless every declared
+    fact holds; then the calls of a declared name (by the name written or any qualified
+    name it may have), or, with no names declared, the file's wraps.  None for a rule that
+    declares nothing (it is always kept)."""
+    facts, calls = tuple(rule.gate_facts), frozenset(rule.gate_calls)
+    if not facts and not calls:
+        return None
+    unknown = [f for f in facts if f not in _GATE_FACTS]
+    if unknown:
+        raise ValueError(f"{rule.code}: unknown gate facts {unknown} (known: {sorted(_GATE_FACTS)})")
+
+    def screen_of(s: Summary) -> Iterator[ast.AST]:
+        if not all(_GATE_FACTS[f](s) for f in facts):
+            return
+        if not calls:
+            yield from (call for _, call, _, _ in s.wraps())
+            return
+        for frame in s.frames.values():
+            for call in frame.calls:
+                if _last(call.func) in calls or any(q.rsplit(".", 1)[-1] in calls for q in s.callee(call)):
+                    yield call
+
+    return screen_of
+
+
+def _screen_of(rule):
+    """(the rule's screen or None, whether its sites are the finding's own statements: a
+    hand-written screen's are; a declared one only says whether the rule is live, and the
+    slice then keeps the whole closure, as for a rule with no screen)."""
+    screen_of = _SCREENS.get(rule.code)
+    if screen_of is not None:
+        return screen_of, True
+    return declared(rule), False
+
+
 def screened(rules: Iterable[type]) -> bool:
     """Some of ``rules`` has a screen (worth an ``ast`` parse)."""
-    return any(rule.code in _SCREENS for rule in rules)
+    return any(_screen_of(rule)[0] is not None for rule in rules)
 
 
 def fires(summary: Summary, rule) -> bool:
     """Whether ``rule`` may report something on the module ``summary`` describes."""
-    screen_of = _SCREENS.get(rule.code)
+    screen_of = _screen_of(rule)[0]
     return screen_of is None or next(iter(screen_of(summary)), None) is not None
 
 
@@ -1332,10 +1376,15 @@ def _live_and_sites(summary: Summary, rules: List[type]) -> Tuple[List[type], Op
         lines: Set[int] = set()
         complete = True
         for rule in rules:
-            screen_of = _SCREENS.get(rule.code)
+            screen_of, exact = _screen_of(rule)
             if screen_of is None:
                 live.append(rule)
                 complete = False
+                continue
+            if not exact:  # a declared screen: live or not; its candidates seed nothing,
+                if next(iter(screen_of(summary)), None) is not None:  # the slice keeps the closure
+                    live.append(rule)
+                    complete = False
                 continue
             found = [node.lineno for node in screen_of(summary)]
             if found:

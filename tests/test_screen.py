@@ -45,8 +45,25 @@ def test_fixture_same_with_and_without_the_screen(path, monkeypatch):
 
 def test_rules_without_a_condition_are_kept():
     tree = screen.parse("x = 1\n")
-    unscreened = [r for r in ALL_RULES if r.code not in screen._SCREENS]
+    unscreened = [r for r in ALL_RULES if r.code not in screen._SCREENS and screen.declared(r) is None]
     assert screen.live_rules(tree, unscreened) == unscreened
+
+
+def test_a_declared_gate_needs_its_facts_and_its_calls():
+    """``Rule.gate_facts``/``gate_calls`` make the screen (``screen.declared``): a module with
+    the declared call but no FSDP2 wrap, or a wrap but not the call, is screened out; one
+    with both is kept, with the call as its site."""
+    from fsdp_lint.rules import BY_CODE
+
+    rule = BY_CODE["FSD109"]
+    assert rule.gate_facts == ("fsdp2_wrap",) and "no_sync" in rule.gate_calls
+    both = screen.parse("from torch.distributed.fsdp import fully_shard as shard\nshard(m)\nwith m.no_sync():\n    pass\n")
+    no_wrap = screen.parse("from other import fully_shard\nfully_shard(m)\nwith m.no_sync():\n    pass\n")
+    no_call = screen.parse("from torch.distributed.fsdp import fully_shard\nfully_shard(m)\n")
+    assert screen.live_rules(both, [rule]) == [rule]
+    assert screen.live_rules(no_wrap, [rule]) == [] and screen.live_rules(no_call, [rule]) == []
+    live, sites = screen.live_rules_and_sites(both, [rule])
+    assert live == [rule] and not sites.complete  # the slice keeps the whole closure
 
 
 def test_unparsable_text_keeps_every_rule():

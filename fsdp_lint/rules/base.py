@@ -115,6 +115,16 @@ class Rule:
     # another file is sharded for every rule that reads the file's FSDP2 wraps, and one a
     # helper returns wrapped in FSDP1 is wrapped for every rule that reads the FSDP1 wraps
     project_kinds: ClassVar[FrozenSet[str]] = frozenset({"shards", "wraps"})
+    # What can make the rule fire, declared for the gate in front of libcst: ``screen.py``
+    # derives the rule's condition from it by one mechanism (``screen.declared``) when the
+    # rule has no older hand-written one.  ``gate_facts``: facts of the file that every
+    # finding needs ("fsdp2_wrap": a ``fully_shard`` the file shows, directly or through a
+    # helper of the file or the project; "fsdp_wrap": an FSDP1 or FSDP2 wrap);
+    # ``gate_calls``: names of functions or methods one of whose calls every finding needs.
+    # Each must be a necessary condition of ``check``: tests/test_gate.py compares every
+    # fixture and generated module with the gate on and off.
+    gate_facts: ClassVar[Tuple[str, ...]] = ()
+    gate_calls: ClassVar[FrozenSet[str]] = frozenset()
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}
     paths_on_by_default: ClassVar[FrozenSet[str]] = frozenset()

@@ -12,6 +12,8 @@ class NoSyncOnFullyShard(Rule):
     summary = "FSDP1's `no_sync()` on a module sharded with FSDP2 `fully_shard`: AttributeError"
     fix_availability = FIX_NEVER
     markers = (("no_sync",), ("fully_shard",))
+    gate_facts = ("fsdp2_wrap",)
+    gate_calls = frozenset({"no_sync"})
     doc = """\
 ## What it does
 Checks for `model.no_sync()` (FSDP1's and DDP's gradient-accumulation context) on a module

@@ -19,6 +19,8 @@ class PlainStateDictIntoFullyShard(Rule):
     summary = "`load_state_dict(torch.load(...))` into a module already sharded with FSDP2 `fully_shard`: RuntimeError"
     fix_availability = FIX_NEVER
     markers = (("load_state_dict",), ("fully_shard",))
+    gate_facts = ("fsdp2_wrap",)
+    gate_calls = frozenset({"load_state_dict"})
     doc = """\
 ## What it does
 Checks for `model.load_state_dict(sd)` where `model` was sharded with FSDP2 `fully_shard`

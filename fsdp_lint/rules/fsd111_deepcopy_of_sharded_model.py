@@ -15,6 +15,8 @@ class DeepcopyOfShardedModel(Rule):
     summary = "`copy.deepcopy` of a module already wrapped with FSDP or sharded with `fully_shard`: it raises"
     fix_availability = FIX_NEVER
     markers = (("deepcopy",), ("FullyShardedDataParallel", "fully_shard"))
+    gate_facts = ("fsdp_wrap",)
+    gate_calls = frozenset({"deepcopy"})
     doc = """\
 ## What it does
 Checks for `copy.deepcopy(model)` (any import alias) where every construction `model` may

@@ -20,6 +20,7 @@ class Rank0SaveOfShardedStateDict(Rule):
     summary = "`torch.save(model.state_dict())` on one rank of an FSDP2 model: the file holds that rank's shards only"
     fix_availability = FIX_NEVER
     markers = (("state_dict",), ("fully_shard",), ("save",))
+    gate_facts = ("fsdp2_wrap",)
     doc = """\
 ## What it does
 Checks for `torch.save(...)` (or `safetensors.torch.save_file`) under a rank test (`if rank

@@ -19,6 +19,8 @@ class WeightsAlreadyInParamDtype(Rule):
     summary = "`fully_shard(m, mp_policy=MixedPrecisionPolicy(param_dtype=bf16))` on weights already cast to bf16: the policy does nothing, the optimizer state is bf16"
     fix_availability = FIX_NEVER
     markers = (("MixedPrecisionPolicy",), ("fully_shard",))
+    gate_facts = ("fsdp2_wrap",)
+    gate_calls = frozenset({"MixedPrecisionPolicy"})
     doc = """\
 ## What it does
 Checks for `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=D))` with `D`

@@ -25,6 +25,7 @@ class ForwardMethodNotRegistered(Rule):
     summary = "`model.encode(...)` (a method other than `forward`) on a `fully_shard`-ed module without `register_fsdp_forward_method`: the parameters stay sharded"
     fix_availability = FIX_NEVER
     markers = (("fully_shard",),)
+    gate_facts = ("fsdp2_wrap",)
     doc = """\
 ## What it does
 Checks for `m.<method>(...)` where `m` was sharded with FSDP2 `fully_shard` before the call

@@ -16,6 +16,8 @@ class RootWithoutMixedPrecision(Rule):
     summary = "submodules sharded with a bf16/fp16 `MixedPrecisionPolicy` but the root's `fully_shard(model)` without it (or with another param_dtype): the root's own modules compute in float32 on low-precision activations"
     fix_availability = FIX_NEVER
     markers = (("MixedPrecisionPolicy",), ("fully_shard",))
+    gate_facts = ("fsdp2_wrap",)
+    gate_calls = frozenset({"MixedPrecisionPolicy"})
     doc = """\
 ## What it does
 Checks for `fully_shard(model, ...)` with no `mp_policy` (or one whose `param_dtype` is the

@@ -12,6 +12,8 @@ class ParamEditBetweenUnshardReshard(Rule):
     summary = "parameters edited between FSDP2's `m.unshard()` and `m.reshard()`: the edits are discarded at the reshard"
     fix_availability = FIX_NEVER
     markers = (("unshard",), ("reshard",), ("fully_shard",))
+    gate_facts = ("fsdp2_wrap",)
+    gate_calls = frozenset({"unshard"})
     doc = """\
 ## What it does
 Checks for writes to a module's parameters between `m.unshard()` (also

@@ -15,6 +15,7 @@ class ToEmptyWithoutInit(Rule):
     summary = "a model built on the meta device, sharded with `fully_shard`, materialised with `to_empty()` and run with no re-initialisation or load: the weights are uninitialised memory"
     fix_availability = FIX_NEVER
     markers = (("to_empty",), ("fully_shard",), ("meta", "init_empty_weights"))
+    gate_facts = ("fsdp2_wrap",)
     doc = """\
 ## What it does
 Checks for `model.to_empty(device=...)` on a module built on the meta device (inside

@@ -27,6 +27,7 @@ class TiedParametersInSeparateGroups(Rule):
     summary = "two modules that share a tied parameter sharded in separate `fully_shard` groups: ValueError at the first forward (torch <= 2.11: the tie breaks silently)"
     fix_availability = FIX_NEVER
     markers = (("fully_shard",),)
+    gate_facts = ("fsdp2_wrap",)
     doc = """\
 ## What it does
 Checks for a parameter tied between two modules (`model.lm_head.weight =

@@ -20,6 +20,7 @@ class RootForwardBeforeOptimizer(Rule):
     summary = "a forward of the `fully_shard`-ed root before the optimizer is built from its parameters: the optimizer holds the root's unsharded tensors, which never train"
     fix_availability = FIX_NEVER
     markers = (("fully_shard",), ("parameters(",))
+    gate_facts = ("fsdp2_wrap",)
     doc = """\
 ## What it does
 Checks for an optimizer built from `model.parameters()` where `model` was sharded with FSDP2
