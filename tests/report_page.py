@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -67,7 +68,19 @@ class Page(HTMLParser):
         return [s for s in self.sections if name in s["class"].split()]
 
 
-def chromium_available() -> bool:
+# .ci/run installs Chromium in the background while the suite runs, and names a file that
+# holds the install's exit status once it is done: the browser test waits for it
+INSTALL_STATUS = "FSDP_LINT_CHROMIUM_INSTALL_STATUS"
+
+
+def chromium_available(wait: float = 900.0) -> bool:
+    """Whether Chromium is there; while .ci/run's background install is under way (the
+    status file it names does not exist yet), wait for it, up to ``wait`` seconds."""
+    status = os.environ.get(INSTALL_STATUS)
+    if status and not os.access(CHROMIUM, os.X_OK):
+        deadline = time.monotonic() + wait
+        while not os.path.exists(status) and time.monotonic() < deadline:
+            time.sleep(1.0)
     return os.access(CHROMIUM, os.X_OK)
 
 
