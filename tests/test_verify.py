@@ -122,8 +122,8 @@ def test_one_rank_runs_what_does_not_need_two(cli, tmp_path):
     verdicts = {(r["code"], r["form"]): r["verdict"] for r in data["results"]}
     # FSD010's state-dict form reproduces only before torch 2.1: on the installed torch its
     # flagged program runs clean, and the verifier says that this is expected
-    # (FSD010's summon form raises on one rank as on two; FSD004 is judged at one rank by
-    # tests/test_verify_nodes.py, each of its nodes running one rank)
+    # (FSD010's summon form raises on one rank as on two; the other rules that need one rank
+    # are judged with two by the shared run, which one-rank runs would repeat)
     assert verdicts == {("FSD010", ""): "CONFIRMED", ("FSD010", "state-dict"): "NOT REPRODUCED"}
     state_dict = next(r for r in data["results"] if r["form"] == "state-dict")
     assert "as expected: the hazard is fixed from torch 2.1" in state_dict["reason"]
