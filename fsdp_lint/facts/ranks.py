@@ -345,6 +345,14 @@ def per_rank_path(facts: ModuleFacts, site, expr, depth: int = 0) -> bool:
             return True
     if depth > 3:
         return False
+    for item in value_parts(expr):  # a function of this file that returns a per-rank value
+        if isinstance(item, cst.Call) and isinstance(item.func, cst.Name) and facts.qualname(item.func) is None:
+            infos = module_functions(facts, item.func.value)
+            if len(infos) == 1 and any(
+                r.ctx.function is infos[0].node and r.value is not None and mentions_rank(r.value, values_only=True)
+                for r in facts.returns
+            ):
+                return True  # ``f"{name}.{rankstr()}.pth"`` with ``def rankstr(): return f"rank_{rank}"``
     names = set()
     for item in value_parts(expr):  # what may flow into the path (not a rank test passed along)
         if isinstance(item, (cst.Name, cst.Attribute)) and dotted_name(item) is not None:

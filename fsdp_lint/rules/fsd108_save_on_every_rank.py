@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.flow import exclusive
 from fsdp_lint.facts.frameworks import launched_prepares
 from fsdp_lint.facts.fsdp_modules import fsdp_modules, names_a_model
 from fsdp_lint.facts.helper_summary import argument
@@ -101,14 +102,16 @@ cpu_offload=True))`, then `if dist.get_rank() == 0: torch.save(state, path)`.
 - Only saves in a function that sets up the distributed run or works with FSDP modules are
   checked (it calls `init_process_group`, `FSDP(...)`, `fully_shard(...)`, another name of
   `torch.distributed.fsdp` such as `FSDP.state_dict_type`, a helper that shards, or
-  `accelerator.prepare` in a file started by `accelerate launch` with FSDP); elsewhere the
-  rule does not know whether every rank runs the save, and stays quiet.
+  `accelerator.prepare` in a file started by `accelerate launch` with FSDP) on a path the
+  save can follow (not the `else` of `if isinstance(model, FSDP):`); elsewhere the rule does
+  not know whether every rank runs the save, and stays quiet.
 - Every doubt about ranks keeps it quiet: any `if` whose test names a rank or a
   main-process flag, a single-process branch, a one-rank decorator, an earlier early exit
   under a rank test. The one exception is the other side of a test it reads as "one rank"
   (the `else:` of `if rank == 0:`, the rest of a function after `if rank == 0: return`):
   every rank but one runs that code, and it is reported when no other test narrows it.
-- A path it cannot read is assumed to be the same on every rank, unless it names a rank or
+- A path it cannot read is assumed to be the same on every rank, unless it names a rank
+  (also through a function of this file that returns one, `f"{name}.{rankstr()}.pth"`) or
   comes from `tempfile`/an in-memory buffer. A save that is meant to run on every rank to a
   shared path: `# noqa: FSD108`.
 - Helpers are followed in this file and in project files its imports lead to; a helper that
@@ -125,23 +128,26 @@ distributed checkpoint depends on what the state holds.
 
     def check(self, facts, report):
         modules = fsdp_modules(facts)
-        anchors = set()
+        # where the function sets up the run or works with FSDP modules: a save is checked
+        # when one of these can run on its path (not in a branch exclusive with it, such as
+        # the ``else`` of ``if isinstance(model, FSDP)``)
+        anchors: dict = {}
         for site in facts.calls:
             qualname = facts.qualname(site.node.func)
             if qualname in torch_api.INIT_PROCESS_GROUP or qualname in torch_api.FULLY_SHARD or torch_api.is_fsdp_api(qualname):
-                anchors.add(id(site.ctx.function))  # sets up the run, or works with FSDP modules
+                anchors.setdefault(id(site.ctx.function), []).append(site.ctx)
         for wrap in modules.fsdp2_wraps:  # also a helper that shards, of this file or the project's
-            anchors.add(id(wrap.site.ctx.function))
+            anchors.setdefault(id(wrap.site.ctx.function), []).append(wrap.site.ctx)
         prepares = launched_prepares(facts)  # ``accelerate launch`` with FSDP: ``prepare`` shards
         for site in prepares:
-            anchors.add(id(site.ctx.function))
+            anchors.setdefault(id(site.ctx.function), []).append(site.ctx)
         if not anchors or not (facts.imports.imports_from(torch_api.FSDP_PACKAGE) or modules.wraps
                                or modules.fsdp2_wraps or prepares):
             return
         wrapped = set(modules.fsdp1) | set(modules.fsdp2)
 
         for site in facts.calls:
-            if id(site.ctx.function) not in anchors:
+            if not any(not exclusive(ctx, site.ctx) for ctx in anchors.get(id(site.ctx.function), ())):
                 continue
             qualname = facts.qualname(site.node.func)
             path = None
