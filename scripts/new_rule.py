@@ -34,7 +34,7 @@ class {cls}(Rule):
     # What every finding needs, for the gate in front of libcst (``Rule.gate_facts`` /
     # ``Rule.gate_calls``; without them the rule runs on every file its markers let through):
     # gate_facts = ("fsdp2_wrap",)
-    # gate_calls = frozenset({"TODO_method"})
+    # gate_calls = frozenset({{"TODO_method"}})
     doc = """\\
 ## What it does
 TODO
