@@ -1249,6 +1249,9 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
     return screen_of
 
 
+_DECLARED: Dict[type, Optional[Callable[[Summary], Iterator[ast.AST]]]] = {}
+
+
 def _screen_of(rule):
     """(the rule's screen or None, whether its sites are the finding's own statements: a
     hand-written screen's are; a declared one only says whether the rule is live, and the
@@ -1256,7 +1259,9 @@ def _screen_of(rule):
     screen_of = _SCREENS.get(rule.code)
     if screen_of is not None:
         return screen_of, True
-    return declared(rule), False
+    if rule not in _DECLARED:  # once per rule class, not per file
+        _DECLARED[rule] = declared(rule)
+    return _DECLARED[rule], False
 
 
 def screened(rules: Iterable[type]) -> bool:

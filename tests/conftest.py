@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import git
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
@@ -129,10 +131,6 @@ def verify_every_rule_on_cpu(tmp_path_factory, _start_shared_verify):
 # hook's environment once per (repository, revision) and locks its store while it does, so
 # the tests that run the hook (tests/test_pre_commit.py, tests/test_notebooks.py) pay for
 # one build instead of one per test.
-def _git(*args, cwd):
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
 @pytest.fixture(scope="session")
 def pre_commit_hook(tmp_path_factory):
     """(snapshot folder, its commit, the shared PRE_COMMIT_HOME)."""
@@ -143,14 +141,14 @@ def pre_commit_hook(tmp_path_factory):
     with FileLock(str(root / "hook-repo.lock")):
         if not (snapshot / ".git").is_dir() or not (root / "hook-repo.done").exists():
             snapshot.mkdir(exist_ok=True)
-            for name in _git("ls-files", "-co", "--exclude-standard", cwd=ROOT).splitlines():
+            for name in git("ls-files", "-co", "--exclude-standard", cwd=ROOT).splitlines():
                 source = ROOT / name
                 if source.is_file() and not name.startswith("tests/data"):
                     (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(source, snapshot / name)
             for args in (("init", "-q", "-b", "main"), ("add", "-A"),
                          ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "s")):
-                _git(*args, cwd=snapshot)
+                git(*args, cwd=snapshot)
             home.mkdir(exist_ok=True)
             (root / "hook-repo.done").write_text("")
-    return snapshot, _git("rev-parse", "HEAD", cwd=snapshot), home
+    return snapshot, git("rev-parse", "HEAD", cwd=snapshot), home

@@ -1,5 +1,6 @@
 """Small helpers shared by the tests: lint or fix a string with all rules."""
 
+import subprocess
 import textwrap
 
 from fsdp_lint.engine import lint_text
@@ -28,3 +29,8 @@ def fixture_rules(path):
     (``fires/target-torch-2.0/x.py``), or for no target."""
     name = path.parent.name
     return for_target(ALL_RULES, name[len(FIXTURE_TARGET):] if name.startswith(FIXTURE_TARGET) else None)
+
+
+def git(*args, cwd):
+    """Run git in ``cwd``; its standard output, stripped (fails the test on an error)."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()

@@ -9,15 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import git
+
 pytest.importorskip("pre_commit")
 pytestmark = pytest.mark.slow  # pre-commit builds the hook's environment
+
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "fixtures" / "FSD001" / "fix" / "read_only.py"
 GOOD = ROOT / "fixtures" / "FSD001" / "fix" / "read_only.fixed.py"
-
-
-def git(*args, cwd):
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture

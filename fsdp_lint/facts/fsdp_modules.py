@@ -449,6 +449,12 @@ _DEVICE_WORDS = ("device", "cuda", "gpu", "rank")
 _ACCELERATOR_MODULES = ("torch.cuda.", "torch.xpu.", "torch.npu.", "torch.mps.", "torch.accelerator.")
 
 
+def _says_device(dotted: str) -> bool:
+    """The last part of a dotted name says device (``device``, ``get_local_device``,
+    ``local_rank``), and no part says dtype."""
+    return "dtype" not in dotted.lower() and any(w in dotted.rsplit(".", 1)[-1].lower() for w in _DEVICE_WORDS)
+
+
 def is_accelerator_device(facts: ModuleFacts, source: Source, depth: int = 0) -> bool:
     """``source`` names an accelerator to move a module to: a device string other than the
     CPU (``"cuda"``, ``"cuda:1"``), a device index, ``torch.device("cuda", i)``, or a value
@@ -468,13 +474,12 @@ def is_accelerator_device(facts: ModuleFacts, source: Source, depth: int = 0) ->
         return not is_cpu_device(facts, source)
     if isinstance(expr, cst.Call):  # torch.cuda.current_device(), get_local_device()
         callee = facts.qualname(expr.func) or dotted_name(expr.func) or ""
-        return callee.startswith(_ACCELERATOR_MODULES) or (
-            "dtype" not in callee.lower() and any(w in callee.rsplit(".", 1)[-1].lower() for w in _DEVICE_WORDS))
+        return callee.startswith(_ACCELERATOR_MODULES) or _says_device(callee)
     qualname = facts.qualname(expr)
     if qualname is not None and qualname.startswith("torch."):
         return False  # a torch constant: a dtype, not a device
     name = dotted_name(expr)
-    if name is not None and "dtype" not in name.lower() and any(w in name.rsplit(".", 1)[-1].lower() for w in _DEVICE_WORDS):
+    if name is not None and _says_device(name):
         return True
     if depth > 3 or not isinstance(expr, (cst.Name, cst.Attribute)):
         return False

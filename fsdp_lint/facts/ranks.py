@@ -169,15 +169,17 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
     return answers.pop() if found.found and len(answers) == 1 else None
 
 
-def _returns_rank_test(facts: ModuleFacts, name: str, depth: int) -> Optional[str]:
+def _returned(facts: ModuleFacts, name: str):
+    """The ``return`` records (with a value) of the one function of this module named
+    ``name``; [] when the module has none or several of that name."""
     infos = module_functions(facts, name)
     if len(infos) != 1:
-        return None
-    answers = {
-        one_rank_branch(r.value, facts, r.ctx, r.order, depth + 1)
-        for r in facts.returns
-        if r.ctx.function is infos[0].node and r.value is not None
-    }
+        return []
+    return [r for r in facts.returns if r.ctx.function is infos[0].node and r.value is not None]
+
+
+def _returns_rank_test(facts: ModuleFacts, name: str, depth: int) -> Optional[str]:
+    answers = {one_rank_branch(r.value, facts, r.ctx, r.order, depth + 1) for r in _returned(facts, name)}
     return answers.pop() if len(answers) == 1 else None
 
 
@@ -347,11 +349,7 @@ def per_rank_path(facts: ModuleFacts, site, expr, depth: int = 0) -> bool:
         return False
     for item in value_parts(expr):  # a function of this file that returns a per-rank value
         if isinstance(item, cst.Call) and isinstance(item.func, cst.Name) and facts.qualname(item.func) is None:
-            infos = module_functions(facts, item.func.value)
-            if len(infos) == 1 and any(
-                r.ctx.function is infos[0].node and r.value is not None and mentions_rank(r.value, values_only=True)
-                for r in facts.returns
-            ):
+            if any(mentions_rank(r.value, values_only=True) for r in _returned(facts, item.func.value)):
                 return True  # ``f"{name}.{rankstr()}.pth"`` with ``def rankstr(): return f"rank_{rank}"``
     names = set()
     for item in value_parts(expr):  # what may flow into the path (not a rank test passed along)
