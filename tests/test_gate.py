@@ -116,6 +116,7 @@ def _firing(code):
     return sorted((FIXTURES / code / "fires").rglob("*.py"))
 
 
+@pytest.mark.slow  # a proof about the net itself: CI runs it, the everyday lane runs the net
 @pytest.mark.parametrize("part", ["screen", "markers"])
 @pytest.mark.parametrize("code", [rule.code for rule in ALL_RULES])
 def test_the_net_catches_a_gate_that_drops_one_rule(code, part, fixtures_without_gate):

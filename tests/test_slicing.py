@@ -196,15 +196,22 @@ FIRING = _known(sorted(
 
 
 @pytest.mark.parametrize("path", FIRING, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
-def test_fixture_inside_a_large_module_same_with_and_without_slicing(path):
+def test_fixture_inside_a_large_module_same_with_and_without_slicing(path, monkeypatch):
     """Each firing fixture, followed by unrelated tests that reuse its everyday names
     (``model``, ``optimizer``, a rank test): sliced, it must report exactly what the
-    whole text reports."""
+    whole text reports, both with the slice seeded by the screen's sites and with the
+    closure alone (seeds from the rules' marker groups and API names, no sites)."""
     text = path.read_text()
     if not text.endswith("\n"):
         text += "\n"
     text += "".join(_FILLER.format(index=i) for i in range(12))
-    _same_both_ways(text, path.name, fixture_rules(path))  # (module-level names shared with the filler keep some of it)
+    rules = fixture_rules(path)
+    whole = _seen(lint_text_sliced(text, path.name, rules, None).diagnostics)
+    # (module-level names shared with the filler keep some of it)
+    assert _seen(lint_text_sliced(text, path.name, rules, 0).diagnostics) == whole
+    calls = _without_sites(monkeypatch)
+    assert _seen(lint_text_sliced(text, path.name, rules, 0).diagnostics) == whole
+    assert calls, "the engine did not ask the patched screen: the test would compare nothing"
 
 
 _SAVE_HELPER = '''\
@@ -248,18 +255,6 @@ def _without_sites(monkeypatch):
 
     monkeypatch.setattr(screen, "_live_and_sites", without)
     return calls
-
-
-@pytest.mark.parametrize("path", FIRING, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
-def test_closure_without_sites_same(path, monkeypatch):
-    """The closure alone (seeds from the rules' marker groups and API names, no sites from
-    the screen) still keeps what the facts need."""
-    calls = _without_sites(monkeypatch)
-    text = path.read_text()
-    if not text.endswith("\n"):
-        text += "\n"
-    _same_both_ways(text + "".join(_FILLER.format(index=i) for i in range(12)), path.name)
-    assert calls, "the engine did not ask the patched screen: the test would compare nothing"
 
 
 @pytest.mark.parametrize("before,after", [(0, 40), (25, 25)])

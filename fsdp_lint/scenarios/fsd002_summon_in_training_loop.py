@@ -17,7 +17,7 @@ from torch.distributed.fsdp._flat_param import FlatParamHandle
 
 from fsdp_lint.scenarios import _harness
 
-STEPS = 40
+STEPS = 20
 WARMUP = 2
 
 
@@ -38,7 +38,7 @@ def _count_all_gathers():
 def main():
     _count_all_gathers()
     rank, _, device, local_rank = _harness.init()
-    width, depth = (1024, 8) if device == "cpu" else (4096, 8)
+    width, depth = (512, 8) if device == "cpu" else (4096, 8)
     where = torch.device("cpu") if device == "cpu" else torch.device("cuda", local_rank)
     net = _harness.mlp(width, depth)
     full_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
