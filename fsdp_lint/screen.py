@@ -26,8 +26,12 @@ facts it asks, and errs on "can fire":
   guards: an ``if``'s branches, and the rest of a block after an ``if`` with an exiting
   branch; a lambda has none), or in a function with a one-rank decorator.
 
-Rules without an entry in ``_SCREENS`` are always kept (and the slice then runs its whole
-closure): a new rule is checked by libcst until someone writes its condition.
+A rule declares what can make it fire in its own module (``Rule.gate_facts``,
+``gate_calls``, ``gate_torch_only``, ``gate_bare``, ``gate_arguments``, ``gate_names``,
+``gate_sites``) and ``declared`` derives
+its screen; FSD001, FSD003, FSD010 and FSD101-FSD108 still have hand-written ones in
+``_SCREENS``.  A rule with neither is always kept (and the slice then runs its whole
+closure).
 ``tests/test_screen.py`` checks, on every fixture, on code written to reach each
 condition's corners and on generated modules, that the screen changes no diagnostic.  What
 it costs is an ``ast.parse`` and one walk (about a twentieth of libcst's parse and facts
@@ -789,23 +793,23 @@ def _summons(s: Summary) -> List[ast.Call]:
 
 
 def _passed(s: Summary, call: ast.Call, name: str) -> bool:
-    """``summon.value(name)`` may be given at this summon: by keyword, by position
-    (``summon_full_params(m, True, False, True)``), or in a ``**`` dict (a string key, or
-    ``dict(name=...)``)."""
+    """``summon.value(name)`` may be given at this summon (``_passes``)."""
+    return _passes(s, call, name, torch_api.SUMMON_PARAMS.index(name))
+
+
+def _passes(s: Summary, call: ast.Call, name: str, index: int) -> bool:
+    """The argument ``name`` may be given at this call: by keyword, by position (``index``
+    among the positional arguments as written: ``summon_full_params(m, True, False,
+    True)``), or in a ``**`` dict (a string key, or ``dict(name=...)``)."""
     if any(k.arg == name for k in call.keywords):
         return True
-    if sum(1 for a in call.args if type(a) is not ast.Starred) > torch_api.SUMMON_PARAMS.index(name):
+    if sum(1 for a in call.args if type(a) is not ast.Starred) > index:
         return True
     return any(k.arg is None for k in call.keywords) and (name in s.keywords or name in s.strings)
 
 
 def _fsd001(s: Summary) -> Iterator[ast.AST]:
     if _offload(s):
-        yield from _summons(s)
-
-
-def _fsd002(s: Summary) -> Iterator[ast.AST]:
-    if not s.names.isdisjoint(("backward", "step")):
         yield from _summons(s)
 
 
@@ -819,23 +823,6 @@ def _fsd003(s: Summary) -> Iterator[ast.AST]:
         yield from (c for c in frame.calls if not s.callee(c).isdisjoint(configs))
 
 
-def _fsd004(s: Summary) -> Iterator[ast.AST]:
-    yield from (c for c in _summons(s) if _passed(s, c, "rank0_only"))
-
-
-def _fsd005(s: Summary) -> Iterator[ast.AST]:
-    # FSD005, FSD007 (a step inside the summon block), FSD008 (a summon in a forward or hook)
-    yield from _summons(s)
-
-
-def _fsd006(s: Summary) -> Iterator[ast.AST]:
-    yield from (c for c in _summons(s) if _passed(s, c, "offload_to_cpu"))
-
-
-def _fsd009(s: Summary) -> Iterator[ast.AST]:
-    yield from (c for c in _summons(s) if _passed(s, c, "with_grads"))
-
-
 def _fsd010(s: Summary) -> Iterator[ast.AST]:
     # a summon offloading to the CPU; the state-dict path: ``FSDP.state_dict_type`` with a
     # ``FullStateDictConfig`` in the file (whatever the target torch version)
@@ -845,16 +832,6 @@ def _fsd010(s: Summary) -> Iterator[ast.AST]:
     if any(not s.callee(c).isdisjoint(torch_api.FULL_STATE_DICT_CONFIG) for f in s.frames.values() for c in f.calls):
         for frame in s.frames.values():
             yield from (c for c in frame.calls if not s.callee(c).isdisjoint(torch_api.STATE_DICT_TYPE_METHODS))
-
-
-def _fsd011(s: Summary) -> Iterator[ast.AST]:
-    if s.fsdp2_wraps():
-        yield from _summons(s)
-
-
-def _fsd012(s: Summary) -> Iterator[ast.AST]:
-    # a bare ``...summon_full_params(...)`` statement, whatever the receiver
-    yield from (c for c in s.calls_by_name.get(torch_api.SUMMON, ()) if id(c) in s.bare)
 
 
 def _optimizer_class(s: Summary, node: ast.AST) -> bool:
@@ -1193,17 +1170,8 @@ def _fsd108(s: Summary) -> Iterator[ast.AST]:
 
 _SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
     "FSD001": _fsd001,
-    "FSD002": _fsd002,
     "FSD003": _fsd003,
-    "FSD004": _fsd004,
-    "FSD005": _fsd005,
-    "FSD006": _fsd006,
-    "FSD007": _fsd005,  # a summon block (and a step in it)
-    "FSD008": _fsd005,  # a summon (in a forward or hook)
-    "FSD009": _fsd009,
     "FSD010": _fsd010,
-    "FSD011": _fsd011,
-    "FSD012": _fsd012,
     "FSD101": _fsd101,
     "FSD102": _fsd102,
     "FSD103": _fsd103,
@@ -1221,14 +1189,29 @@ _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
     "fsdp_wrap": lambda s: bool(s.wraps()),
 }
 
+# declared call names whose calls the summary can narrow to those that may be torch's, for
+# a rule with ``gate_torch_only`` (else: every call of the name written, or of a qualified
+# name ending in it)
+_TORCH_CALLS: Dict[str, Callable[[Summary], List[ast.Call]]] = {
+    torch_api.SUMMON: lambda s: _summons(s),
+}
+
 
 def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
     """The screen of a rule that declares what can make it fire (``Rule.gate_facts``,
-    ``Rule.gate_calls``) instead of having a hand-written one: nothing unless every declared
-    fact holds; then the calls of a declared name (by the name written or any qualified
-    name it may have), or, with no names declared, the file's wraps.  None for a rule that
-    declares nothing (it is always kept)."""
+    ``gate_calls``, ``gate_arguments``, ``gate_names``) instead of having a hand-written
+    one: nothing unless every declared fact holds and the code names one of the declared
+    names; then the calls of a declared name (by the name written or any qualified name it
+    may have; only those that may be torch's with ``gate_torch_only``, only statements of
+    their own with ``gate_bare``) that may pass one of the declared arguments, or, with
+    no calls declared, the file's wraps.  None for a rule that declares nothing (it is
+    always kept)."""
     facts, calls = tuple(rule.gate_facts), frozenset(rule.gate_calls)
+    arguments, names, bare = dict(rule.gate_arguments), frozenset(rule.gate_names), rule.gate_bare
+    if rule.gate_torch_only and not calls <= _TORCH_CALLS.keys():
+        raise ValueError(f"{rule.code}: the gate cannot tell torch's calls of {sorted(calls - _TORCH_CALLS.keys())}")
+    narrowed = sorted(calls) if rule.gate_torch_only else []
+    known = frozenset() if rule.gate_torch_only else calls
     if not facts and not calls:
         return None
     unknown = [f for f in facts if f not in _GATE_FACTS]
@@ -1236,15 +1219,18 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
         raise ValueError(f"{rule.code}: unknown gate facts {unknown} (known: {sorted(_GATE_FACTS)})")
 
     def screen_of(s: Summary) -> Iterator[ast.AST]:
-        if not all(_GATE_FACTS[f](s) for f in facts):
+        if not all(_GATE_FACTS[f](s) for f in facts) or (names and s.names.isdisjoint(names)):
             return
         if not calls:
             yield from (call for _, call, _, _ in s.wraps())
             return
-        for frame in s.frames.values():
-            for call in frame.calls:
-                if _last(call.func) in calls or any(q.rsplit(".", 1)[-1] in calls for q in s.callee(call)):
-                    yield call
+        named = [call for frame in s.frames.values() for call in frame.calls if not known.isdisjoint(
+            {_last(call.func), *(q.rsplit(".", 1)[-1] for q in s.callee(call))})] if known else []
+        for call in named + [call for name in narrowed for call in _TORCH_CALLS[name](s)]:
+            if (not bare or id(call) in s.bare) and (
+                not arguments or any(_passes(s, call, name, index) for name, index in arguments.items())
+            ):
+                yield call
 
     return screen_of
 
@@ -1254,14 +1240,15 @@ _DECLARED: Dict[type, Optional[Callable[[Summary], Iterator[ast.AST]]]] = {}
 
 def _screen_of(rule):
     """(the rule's screen or None, whether its sites are the finding's own statements: a
-    hand-written screen's are; a declared one only says whether the rule is live, and the
-    slice then keeps the whole closure, as for a rule with no screen)."""
+    hand-written screen's are, and a declared one's when the rule says so
+    (``Rule.gate_sites``); else it only says whether the rule is live, and the slice then
+    keeps the whole closure, as for a rule with no screen)."""
     screen_of = _SCREENS.get(rule.code)
     if screen_of is not None:
         return screen_of, True
     if rule not in _DECLARED:  # once per rule class, not per file
         _DECLARED[rule] = declared(rule)
-    return _DECLARED[rule], False
+    return _DECLARED[rule], bool(rule.gate_sites) and bool(rule.gate_calls)
 
 
 def screened(rules: Iterable[type]) -> bool:

@@ -31,10 +31,12 @@ class {cls}(Rule):
     summary = "TODO: what it flags, in one line"
     fix_availability = FIX_NEVER
     markers = (("TODO_identifier",),)
-    # What every finding needs, for the gate in front of libcst (``Rule.gate_facts`` /
-    # ``Rule.gate_calls``; without them the rule runs on every file its markers let through):
+    # What every finding needs, for the gate in front of libcst (``Rule.gate_facts``,
+    # ``gate_calls``, ``gate_arguments``, ``gate_names``, ``gate_sites``: see ``Rule``;
+    # without them the rule runs on every file its markers let through):
     # gate_facts = ("fsdp2_wrap",)
     # gate_calls = frozenset({{"TODO_method"}})
+    # gate_sites = True  # the findings stand at those calls
     doc = """\\
 ## What it does
 TODO

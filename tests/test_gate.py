@@ -30,40 +30,64 @@ from tests.helpers import FIXTURE_TARGET
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
-# A run of the command line with one rule's gate made to say "cannot fire": the mutation
-# is applied to the objects the engine reads (the screen table, the rule class), then the
-# real entry point runs.
-_MUTANT = """
-import sys
-from fsdp_lint import screen
+# Runs of the command line, each with one rule's gate made to say "cannot fire": the
+# mutation is applied to the objects the engine reads (the screen table, the rule class),
+# then the real entry point runs, then the mutation is undone (one process for them all:
+# its start-up is paid once).  stdin: [[code, part, argv], ...]; stdout: one JSON output
+# per run.
+_MUTANTS = """
+import contextlib, io, json, sys
+from fsdp_lint import engine, screen
 from fsdp_lint.rules import BY_CODE
 from fsdp_lint.cli import main
-code, part = sys.argv[1], sys.argv[2]
-if part == "screen":
-    screen._SCREENS[code] = lambda summary: iter(())
-else:
-    BY_CODE[code].markers = (("\\x00never\\x00",),)
-sys.exit(main(sys.argv[3:]))
+outputs = []
+for code, part, argv in json.load(sys.stdin):
+    rule, had = BY_CODE[code], code in screen._SCREENS
+    saved_screen, saved_markers = screen._SCREENS.get(code), rule.markers
+    if part == "screen":
+        screen._SCREENS[code] = lambda summary: iter(())
+    else:
+        rule.markers = (("\\x00never\\x00",),)
+    engine._GATES.clear()  # the marker gate is built once per rule selection
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code_ = main(argv)
+    assert code_ == 0, (code, part, code_)
+    outputs.append(out.getvalue())
+    if had:
+        screen._SCREENS[code] = saved_screen
+    else:
+        screen._SCREENS.pop(code, None)
+    rule.markers = saved_markers
+    engine._GATES.clear()
+json.dump(outputs, sys.stdout)
 """
 
 
-def _run(paths, gate=True, target=None, mutant=None, jobs=1):
+def _args(paths, target=None, jobs=1):
+    args = ["check", "--no-cache", "--exit-zero", "--format", "json", "-j", str(jobs)]
+    if target:
+        args += ["--target-torch-version", target]
+    return args + [str(p) for p in paths]
+
+
+def _records(output):
+    records = json.loads(output)
+    for record in records:
+        record["filename"] = str((ROOT / record["filename"]).resolve())
+    return sorted(records, key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def _run(paths, gate=True, target=None, jobs=1):
     """The diagnostics of ``fsdp-lint check`` on ``paths`` as JSON records, sorted."""
     env = dict(os.environ)
     env.pop(GATE_ENV, None)
     if not gate:
         env[GATE_ENV] = "0"
-    args = ["check", "--no-cache", "--exit-zero", "--format", "json", "-j", str(jobs)]
-    if target:
-        args += ["--target-torch-version", target]
-    args += [str(p) for p in paths]
-    head = [sys.executable, "-c", _MUTANT, *mutant] if mutant else [sys.executable, "-m", "fsdp_lint"]
-    done = subprocess.run(head + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run([sys.executable, "-m", "fsdp_lint", *_args(paths, target, jobs)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr
-    records = json.loads(done.stdout)
-    for record in records:
-        record["filename"] = str((ROOT / record["filename"]).resolve())
-    return sorted(records, key=lambda r: json.dumps(r, sort_keys=True))
+    return _records(done.stdout)
 
 
 def _fixture_groups():
@@ -117,22 +141,33 @@ def _firing(code):
 
 
 @pytest.mark.slow  # a proof about the net itself: CI runs it, the everyday lane runs the net
-@pytest.mark.parametrize("part", ["screen", "markers"])
-@pytest.mark.parametrize("code", [rule.code for rule in ALL_RULES])
-def test_the_net_catches_a_gate_that_drops_one_rule(code, part, fixtures_without_gate):
-    paths = _firing(code)
-    assert paths, f"{code} has firing fixtures"
-    by_target = {}
-    for path in paths:
-        name = path.parent.name
-        by_target.setdefault(name[len(FIXTURE_TARGET):] if name.startswith(FIXTURE_TARGET) else None, []).append(path)
-    missing = []
-    for target, group in by_target.items():
-        names = {str(p.resolve()) for p in group}
-        whole = [r for r in fixtures_without_gate[target] if r["filename"] in names]
-        gated = _run(group, target=target, mutant=(code, part))
-        missing += _differences(gated, whole)[0]
-    assert any(r["code"] == code for r in missing), f"a {part} gate that drops {code} went unnoticed"
+def test_the_net_catches_a_gate_that_drops_any_one_rule(fixtures_without_gate):
+    runs, expected = [], []
+    for code in [rule.code for rule in ALL_RULES]:
+        paths = _firing(code)
+        assert paths, f"{code} has firing fixtures"
+        by_target = {}
+        for path in paths:
+            name = path.parent.name
+            by_target.setdefault(name[len(FIXTURE_TARGET):] if name.startswith(FIXTURE_TARGET) else None, []).append(path)
+        for part in ("screen", "markers"):
+            for target, group in by_target.items():
+                names = {str(p.resolve()) for p in group}
+                runs.append([code, part, _args(group, target)])
+                expected.append((code, part, [r for r in fixtures_without_gate[target] if r["filename"] in names]))
+    env = dict(os.environ)
+    env.pop(GATE_ENV, None)
+    done = subprocess.run([sys.executable, "-c", _MUTANTS], input=json.dumps(runs), cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr
+    outputs = json.loads(done.stdout)
+    assert len(outputs) == len(runs)
+    missing = {}
+    for (code, part, whole), output in zip(expected, outputs):
+        missing.setdefault((code, part), []).extend(_differences(_records(output), whole)[0])
+    unnoticed = [f"{part} gate that drops {code}" for (code, part), lost in missing.items()
+                 if not any(r["code"] == code for r in lost)]
+    assert len(missing) == 2 * len(ALL_RULES) and not unnoticed, unnoticed
 
 
 CORPORA = os.environ.get("FSDP_LINT_CORPORA")

@@ -66,6 +66,36 @@ def test_a_declared_gate_needs_its_facts_and_its_calls():
     assert live == [rule] and not sites.complete  # the slice keeps the whole closure
 
 
+def test_a_declared_argument_name_and_sites():
+    """``gate_arguments``: FSD004's summon must pass ``rank0_only`` (by keyword, by its
+    position, or in a ``**`` dict the file fills with that name); ``gate_names``: FSD002
+    needs ``backward`` or ``step`` in the code; ``gate_sites``: the kept calls seed the slice
+    as the findings' own statements."""
+    from fsdp_lint.rules import BY_CODE
+
+    head = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+    fsd004, fsd002 = BY_CODE["FSD004"], BY_CODE["FSD002"]
+    passing = [
+        "with FSDP.summon_full_params(m, rank0_only=True):\n    pass\n",
+        "with FSDP.summon_full_params(m, True, True, True):\n    pass\n",
+        "kw = {'rank0_only': True}\nwith FSDP.summon_full_params(m, **kw):\n    pass\n",
+    ]
+    for body in passing:
+        assert screen.live_rules(screen.parse(head + body), [fsd004]) == [fsd004], body
+    not_passing = [
+        "with FSDP.summon_full_params(m, writeback=False):\n    pass\n",
+        "with FSDP.summon_full_params(m, True, True):\n    pass\n",
+        "kw = {'writeback': False}\nwith FSDP.summon_full_params(m, **kw):\n    pass\n",
+    ]
+    for body in not_passing:
+        assert screen.live_rules(screen.parse(head + body), [fsd004]) == [], body
+    loop = head + "for b in data:\n    loss = m(b)\n    with FSDP.summon_full_params(m):\n        pass\n"
+    assert screen.live_rules(screen.parse(loop), [fsd002]) == []
+    stepped = screen.parse(loop + "    loss.backward()\n")
+    live, sites = screen.live_rules_and_sites(stepped, [fsd002])
+    assert live == [fsd002] and sites.complete and 4 in sites
+
+
 def test_unparsable_text_keeps_every_rule():
     assert screen.live_rules(screen.parse("def broken(:\n"), ALL_RULES) == list(ALL_RULES)
 

@@ -120,11 +120,25 @@ class Rule:
     # rule has no older hand-written one.  ``gate_facts``: facts of the file that every
     # finding needs ("fsdp2_wrap": a ``fully_shard`` the file shows, directly or through a
     # helper of the file or the project; "fsdp_wrap": an FSDP1 or FSDP2 wrap);
-    # ``gate_calls``: names of functions or methods one of whose calls every finding needs.
+    # ``gate_calls``: names of functions or methods one of whose calls every finding needs;
+    # ``gate_torch_only``: those calls must be torch's own (as far as the gate can tell:
+    # ``summon_full_params`` on an FSDP1 name), not a same-named method of another library;
+    # ``gate_bare``: such a call standing alone as a statement (its value unused);
+    # ``gate_arguments``: parameters of that call one of which every finding needs passed
+    # (name -> its index among the call's positional arguments as written: by keyword, by
+    # position, or in a ``**`` dict where the file names it); ``gate_names``: identifiers
+    # one of which every finding needs in the file's code; ``gate_sites``: every finding
+    # stands at one of those calls or inside its statement (a ``with`` block), so the calls
+    # seed the slice of a large file (else the slice keeps its whole closure).
     # Each must be a necessary condition of ``check``: tests/test_gate.py compares every
     # fixture and generated module with the gate on and off.
     gate_facts: ClassVar[Tuple[str, ...]] = ()
     gate_calls: ClassVar[FrozenSet[str]] = frozenset()
+    gate_torch_only: ClassVar[bool] = False
+    gate_bare: ClassVar[bool] = False
+    gate_arguments: ClassVar[Dict[str, int]] = {}
+    gate_names: ClassVar[FrozenSet[str]] = frozenset()
+    gate_sites: ClassVar[bool] = False
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}
     paths_on_by_default: ClassVar[FrozenSet[str]] = frozenset()

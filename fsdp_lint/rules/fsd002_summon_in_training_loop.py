@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.loops import per_step_via_call
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -13,6 +14,10 @@ class SummonInTrainingLoop(Rule):
     summary = "`summon_full_params` runs on every iteration of a training loop"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("backward", ".step"))
+    gate_calls = frozenset({torch_api.SUMMON})
+    gate_torch_only = True
+    gate_names = frozenset({"backward", "step"})
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for a torch FSDP `summon_full_params(...)` call that runs on every iteration of a

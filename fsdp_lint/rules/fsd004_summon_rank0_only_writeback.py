@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import SAFE, UNSAFE
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.fixes import set_arguments
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
@@ -14,6 +15,10 @@ class SummonRank0OnlyWriteback(Rule):
     summary = "`rank0_only=True` with `writeback` missing or True: always NotImplementedError"
     fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params",), ("rank0_only",))
+    gate_calls = frozenset({torch_api.SUMMON})
+    gate_torch_only = True
+    gate_arguments = {"rank0_only": torch_api.SUMMON_PARAMS.index("rank0_only")}
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., rank0_only=True)` calls whose `writeback` is

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.param_writes import param_edits
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.facts.summon import summon_calls, summons_entering
@@ -14,6 +15,9 @@ class SummonRank0OnlyEdit(Rule):
     summary = "parameters edited in a `rank0_only=True` summon, or on rank 0 only in a writeback summon"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("rank",))
+    gate_calls = frozenset({torch_api.SUMMON})
+    gate_torch_only = True
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for parameters modified (in-place tensor methods such as `add_`/`copy_`/`zero_`,

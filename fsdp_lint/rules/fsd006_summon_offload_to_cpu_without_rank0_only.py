@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.offload import CPU_DEVICE
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.facts.values import UNKNOWN
@@ -16,6 +17,10 @@ class SummonOffloadToCpuWithoutRank0Only(Rule):
     summary = "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model to host memory"
     fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params",), ("offload_to_cpu",))
+    gate_calls = frozenset({torch_api.SUMMON})
+    gate_torch_only = True
+    gate_arguments = {"offload_to_cpu": torch_api.SUMMON_PARAMS.index("offload_to_cpu")}
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` calls that leave

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.summon import summon_blocks
@@ -14,6 +15,9 @@ class StepInsideSummon(Rule):
     summary = "the FSDP model's forward or a `.backward()` runs inside a `summon_full_params` block"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",),)
+    gate_calls = frozenset({torch_api.SUMMON})  # the step stands inside the summon's block
+    gate_torch_only = True
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for a forward call of an FSDP-wrapped model (the summoned module, or any name bound

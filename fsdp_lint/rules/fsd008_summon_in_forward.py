@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.hooks import runs_in_forward_or_backward
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -13,6 +14,9 @@ class SummonInForward(Rule):
     summary = "`summon_full_params` inside `forward()` or a forward/backward hook"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("forward", "hook"))
+    gate_calls = frozenset({torch_api.SUMMON})
+    gate_torch_only = True
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for a torch FSDP `summon_full_params(...)` call inside the `forward()` method of a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import wrap_config
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -13,6 +14,10 @@ class SummonWithGradsUnsupported(Rule):
     summary = "`with_grads=True` with `offload_to_cpu=True` or without `use_orig_params=True`: NotImplementedError"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("with_grads",))
+    gate_calls = frozenset({torch_api.SUMMON})
+    gate_torch_only = True
+    gate_arguments = {"with_grads": torch_api.SUMMON_PARAMS.index("with_grads")}
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., with_grads=True)` calls that also pass

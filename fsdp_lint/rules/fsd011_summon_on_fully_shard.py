@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -13,6 +14,10 @@ class SummonOnFullyShard(Rule):
     summary = "`FSDP.summon_full_params` on a module sharded with FSDP2 `fully_shard`: a silent no-op"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("fully_shard",))
+    gate_facts = ("fsdp2_wrap",)
+    gate_calls = frozenset({torch_api.SUMMON})
+    gate_torch_only = True
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for torch FSDP1 `summon_full_params(m, ...)` where `m` is sharded in this file with

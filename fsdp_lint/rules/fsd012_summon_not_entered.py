@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.summon import summon_on_other_class
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -14,6 +15,9 @@ class SummonNotEntered(Rule):
     )
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",),)
+    gate_calls = frozenset({torch_api.SUMMON})
+    gate_bare = True
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for a `summon_full_params(...)` call used as a bare expression statement, whatever
