@@ -1193,7 +1193,7 @@ _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
 # a rule with ``gate_torch_only`` (else: every call of the name written, or of a qualified
 # name ending in it)
 _TORCH_CALLS: Dict[str, Callable[[Summary], List[ast.Call]]] = {
-    torch_api.SUMMON: lambda s: _summons(s),
+    torch_api.SUMMON: _summons,
 }
 
 

@@ -132,9 +132,9 @@ class Host:
         return [line.decode() for line in lines]
 
     def _read_until(self, wanted, timeout: float) -> bool:
-        end = _now() + timeout
+        end = time.monotonic() + timeout
         while not self.ended:
-            for line in self._lines(end - _now()):
+            for line in self._lines(end - time.monotonic()):
                 kind, _, rest = line.partition(" ")
                 if kind == "started":
                     self.started.append(int(rest))
@@ -143,7 +143,7 @@ class Host:
                     self.exits[int(pid)] = int(code)
                 if wanted(line):
                     return True
-            if _now() >= end:
+            if time.monotonic() >= end:
                 return False
         return False
 
@@ -200,10 +200,6 @@ class Job:
 
 
 _HOSTS: Dict[str, Optional[Host]] = {}
-
-
-def _now() -> float:
-    return time.monotonic()
 
 
 def _alive(pid: int) -> bool:
