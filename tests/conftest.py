@@ -14,16 +14,88 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
 
-def run_cli(*args, cwd=None, input=None):
-    """Run the installed CLI as a user would (a separate process)."""
-    return subprocess.run(
-        [sys.executable, "-m", "fsdp_lint", *map(str, args)],
-        cwd=cwd,
-        input=input,
-        capture_output=True,
-        text=input is None or isinstance(input, str),
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-    )
+# ``run_cli`` forks this test process (fsdp_lint and libcst already imported) and runs the
+# command line's ``main`` in the child, a separate process with its own folder, streams and
+# exit status as ``python -m fsdp_lint`` has, without the 0.3-0.4 s of imports each time.
+# ``verify`` and ``server`` (threads, process groups, long-lived streams), a platform without
+# ``os.fork``, an ``env`` setting what fsdp_lint reads on import (``FSDP_LINT_SLICE``) and
+# ``FSDP_LINT_TEST_FORK=0`` start the module as a command instead.
+_FORKED = hasattr(os, "fork") and os.environ.get("FSDP_LINT_TEST_FORK", "1") != "0"
+
+
+def run_cli(*args, cwd=None, input=None, env=None):
+    """Run the CLI as a user would (a separate process, with ``env`` as its whole
+    environment when given), and what it printed."""
+    argv = [str(a) for a in args]
+    text = input is None or isinstance(input, str)
+    env = {**(os.environ if env is None else env), "PYTHONIOENCODING": "utf-8"}
+    if (
+        not _FORKED
+        or (argv and argv[0] in ("verify", "server"))
+        or env.get("FSDP_LINT_SLICE") != os.environ.get("FSDP_LINT_SLICE")
+    ):
+        return subprocess.run(
+            [sys.executable, "-m", "fsdp_lint", *argv], cwd=cwd, input=input, capture_output=True, text=text, env=env
+        )
+    return _forked_cli(argv, cwd, input, text, env)
+
+
+def _forked_cli(argv, cwd, input, text, env):
+    import io
+    import tempfile
+
+    from fsdp_lint.cli import main
+
+    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        if input is not None:
+            stdin.write(input.encode("utf-8") if isinstance(input, str) else input)
+            stdin.seek(0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 1
+            try:
+                if cwd is not None:
+                    os.chdir(cwd)
+                for fd, stream in ((0, stdin), (1, stdout), (2, stderr)):
+                    os.dup2(stream.fileno(), fd)
+                os.environ.clear()
+                os.environ.update(env)
+                sys.stdin = io.TextIOWrapper(io.FileIO(0, "rb", closefd=False), encoding="utf-8")
+                sys.stdout = io.TextIOWrapper(io.FileIO(1, "wb", closefd=False), encoding="utf-8")
+                sys.stderr = io.TextIOWrapper(
+                    io.FileIO(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+                )
+                sys.argv = ["fsdp-lint", *argv]
+                try:
+                    code = main(argv)
+                except SystemExit as exit_:
+                    code = exit_.code
+                if code is None:
+                    code = 0
+                elif not isinstance(code, int):
+                    print(code, file=sys.stderr)
+                    code = 1
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        returncode = os.waitstatus_to_exitcode(status)
+        outputs = []
+        for stream in (stdout, stderr):
+            stream.seek(0)
+            data = stream.read()
+            outputs.append(io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline=None).read() if text else data)
+    return subprocess.CompletedProcess([sys.executable, "-m", "fsdp_lint", *argv], returncode, *outputs)
 
 
 @pytest.fixture

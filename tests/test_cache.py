@@ -5,7 +5,6 @@ skips the work (a warm run parses nothing)."""
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from fsdp_lint import check
 from fsdp_lint.cache import Cache
 from fsdp_lint.screen import Screening
+from tests.conftest import run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -36,10 +36,7 @@ def _run(cwd, *args, env=None):
     """``fsdp-lint check`` in ``cwd``, with only the given FSD_LINT_CACHE_DIR."""
     command_env = {k: v for k, v in os.environ.items() if k != "FSD_LINT_CACHE_DIR"}
     command_env.update(env or {})
-    result = subprocess.run(
-        [sys.executable, "-m", "fsdp_lint", "check", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, env={**command_env, "PYTHONIOENCODING": "utf-8"},
-    )
+    result = run_cli("check", *args, cwd=cwd, env=command_env)
     assert result.returncode == 1, result.stdout + result.stderr
     return result
 

@@ -5,13 +5,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fsdp_lint.noqa import add_noqa
+from tests.conftest import run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 READ_ONLY = FIXTURES / "FSD001" / "fix" / "read_only.py"
@@ -231,10 +230,8 @@ def test_unused_noqa_is_the_same_with_the_gate_off(cli, tmp_path):
 
     def run(gate):
         env = {**os.environ, "FSDP_LINT_GATE": gate}
-        done = subprocess.run(
-            [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
-             "--extend-select", "FSD800", "."], cwd=tmp_path, env=env, capture_output=True, text=True,
-        )
+        done = run_cli("check", "--no-cache", "--exit-zero", "--format", "json", "--extend-select", "FSD800", ".",
+                       cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 

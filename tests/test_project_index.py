@@ -5,13 +5,12 @@ and that the language server sees the same project facts as the command line."""
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from fsdp_lint.check import Settings
 from fsdp_lint.project import ProjectIndex, summarize_text
 from fsdp_lint.server.linting import lint_document
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,8 +95,7 @@ def test_imports_resolve_to_project_files(tmp_path):
 
 
 def _cli(*args, cwd):
-    done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--exit-zero", "--format", "json", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=300)
+    done = run_cli("check", "--exit-zero", "--format", "json", *args, cwd=cwd)
     assert done.returncode == 0, done.stderr
     return [(r["location"]["row"], r["code"]) for r in json.loads(done.stdout)]
 
@@ -150,14 +148,12 @@ def test_rules_reading_fsdp2_wraps_see_a_project_helper_that_shards(tmp_path):
         "train.py": "import copy\n\nfrom parallel import shard\n\n\n"
                     "def main(model, mesh):\n    shard(model, mesh)\n    model.bfloat16()\n    return copy.deepcopy(model)\n",
     })
-    done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
-                           "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
+    done = run_cli("check", "--no-cache", "--exit-zero", "--format", "json", "train.py", cwd=root)
     records = json.loads(done.stdout)
     assert [(r["location"]["row"], r["code"]) for r in records] == [(8, "FSD107"), (9, "FSD111")]
     assert all("sharded in parallel.py:7" in r["message"] for r in records)
     (root / "parallel.py").write_text("def shard(model, mesh):\n    return model\n")  # shards nothing: quiet
-    done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
-                           "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
+    done = run_cli("check", "--no-cache", "--exit-zero", "--format", "json", "train.py", cwd=root)
     assert json.loads(done.stdout) == []
 
 
@@ -204,8 +200,7 @@ def test_a_dtensor_gather_over_a_parameters_parameters_is_a_collective(tmp_path)
             "        out.append(optimizer.state[p]['exp_avg'].full_tensor())\n    return out\n",
             "train.py": caller.format(shard=shard),
         })
-        done = subprocess.run([sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json",
-                               "train.py"], cwd=root, capture_output=True, text=True, timeout=300)
+        done = run_cli("check", "--no-cache", "--exit-zero", "--format", "json", "train.py", cwd=root)
         assert [r["code"] for r in json.loads(done.stdout)] == expected, shard
 
 

@@ -17,6 +17,7 @@ from fsdp_lint.check import Settings
 from fsdp_lint.launch import (
     LaunchFinder, project_root, read_accelerate_config, read_lightning_config, read_project, read_torchtune_config,
 )
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECTS = sorted(p for p in (ROOT / "fixtures" / "projects").iterdir() if p.is_dir())
@@ -28,10 +29,7 @@ def _expected(project: Path):
 
 
 def _cli(*paths, cwd=ROOT):
-    done = subprocess.run(
-        [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json", *map(str, paths)],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
-    )
+    done = run_cli("check", "--no-cache", "--exit-zero", "--format", "json", *paths, cwd=cwd)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -161,10 +159,7 @@ PLUGIN_SCRIPT = (
 
 
 def _codes(root, *args):
-    done = subprocess.run(
-        [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json", *args, "train.py"],
-        cwd=root, capture_output=True, text=True, timeout=300,
-    )
+    done = run_cli("check", "--no-cache", "--exit-zero", "--format", "json", *args, "train.py", cwd=root)
     return done, [r["code"] for r in json.loads(done.stdout or "[]")]
 
 
@@ -228,10 +223,8 @@ def test_a_dict_passed_as_kwargs_turns_fsdp_on(tmp_path, args, expected):
     then saves through FSDP, a gather every rank must join."""
     (tmp_path / "finetune.py").write_text(TRAINER_KWARGS.format(args=args))
     for gate in ("1", "0"):
-        done = subprocess.run(
-            [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json", "finetune.py"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "FSDP_LINT_GATE": gate},
-        )
+        done = run_cli("check", "--no-cache", "--exit-zero", "--format", "json", "finetune.py", cwd=tmp_path,
+                       env={**os.environ, "FSDP_LINT_GATE": gate})
         assert [r["code"] for r in json.loads(done.stdout)] == expected, gate
 
 

@@ -5,11 +5,10 @@ outside that script (a launcher config, a shell command) the message must name i
 report the linter cannot cover yet is an explicit xfail naming the missing capability."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "fixtures" / "reports"
@@ -42,10 +41,7 @@ CASES = {
 
 
 def _cli(path):
-    done = subprocess.run(
-        [sys.executable, "-m", "fsdp_lint", "check", "--no-cache", "--exit-zero", "--format", "json", str(path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
+    done = run_cli("check", "--no-cache", "--exit-zero", "--format", "json", path, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
