@@ -1030,8 +1030,9 @@ def _is_fsdp1_wrap(s: Summary, node: ast.AST) -> bool:
 
 
 def _from_fsdp1(s: Summary, expr: ast.AST, call: ast.Call) -> bool:
-    """``expr`` (at ``call``) may come from an FSDP1 construction (``fsdp_modules.origins``)."""
-    return s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([expr], s.call_frames[id(call)])
+    """``expr`` (at ``call``) may come from an FSDP1 construction, also through the calls
+    of its function that pass it (``fsdp_modules.origins_with_callers``)."""
+    return s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([expr], s.call_frames[id(call)], entered=True)
 
 
 def _fsd105(s: Summary) -> Iterator[ast.AST]:

@@ -18,7 +18,7 @@ from typing import Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins, uses_fsdp
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins_with_callers, uses_fsdp
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
@@ -151,7 +151,7 @@ def balanced(facts: ModuleFacts, site: CallSite, qualname: str) -> bool:
 def _not_sharded_here(facts: ModuleFacts, expr, site: CallSite) -> bool:
     if sharded_later(facts, expr, site):
         return True
-    found = origins(facts, expr, site.ctx, site.order)
+    found = origins_with_callers(facts, expr, site.ctx, site.order)
     return found.complete and not found.wraps
 
 
@@ -176,7 +176,7 @@ def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site:
     where its origin cannot be followed, a name the file binds to an FSDP1 module; a value
     followed to a call the file cannot see into, ``model = config.instantiate(cfg)``, is not
     taken for the FSDP module the same name holds elsewhere: ``Origins.opaque``)."""
-    found = origins(facts, model, site.ctx, site.order)
+    found = origins_with_callers(facts, model, site.ctx, site.order)
     return bool(found.fsdp1 or (not found.complete and not found.wraps and not found.plain and not found.opaque
                                 and dotted_name(model) in fsdp_modules(facts).fsdp1))
 

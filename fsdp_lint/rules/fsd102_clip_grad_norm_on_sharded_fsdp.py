@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import origins, wrap_config
+from fsdp_lint.facts.fsdp_modules import origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments
 from fsdp_lint.facts.scopes import latest_binding
@@ -25,8 +25,9 @@ Checks for `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` (any import ali
 list, generator, `list(...)` or `filter(...)` of them, directly or through a name:
 `trainable = [p for p in m.parameters() if p.requires_grad]`) where `m` is wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy (the default
 `FULL_SHARD`, `SHARD_GRAD_OP`, `HYBRID_SHARD`). The module must be FSDP1-wrapped on every
-path to the call, with a strategy that is visible: written, or held in a variable, module
-constant or config function of this file. Not for FSDP2 (`fully_shard`), where the
+path to the call (a parameter of a function of this file: in every call of that function
+in this file, as in a `train(model, ...)` helper), with a strategy that is visible: written,
+or held in a variable, module constant or config function of this file. Not for FSDP2 (`fully_shard`), where the
 gradients are DTensors and `torch.nn.utils.clip_grad_norm_` is correct, nor for `NO_SHARD`.
 
 ## Why is this bad?
@@ -58,8 +59,8 @@ model.clip_grad_norm_(1.0)
 ## Known problems
 - The rule stays quiet unless the module is FSDP1-wrapped on every path to the call by a
   construction of this file and every strategy is visible. A model it cannot follow (a
-  function parameter, an attribute set elsewhere, a value returned by a call the file cannot
-  see into), a strategy set outside the file (an accelerate config's
+  parameter of a function no call of this file passes a wrapped model to, an attribute set
+  elsewhere, a value returned by a call the file cannot see into), a strategy set outside the file (an accelerate config's
   `fsdp_sharding_strategy`, `--fsdp`), or an unreadable `**cfg` is not flagged.
 - Parameters listed through a helper of another function are not followed; only a list,
   generator, `list(...)`/`filter(...)` or a name bound in the same function is.
@@ -94,7 +95,7 @@ A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of
                     continue
             func = call.func
             owner = dotted_name(func.value)
-            found = origins(facts, func.value, site.ctx, site.order)
+            found = origins_with_callers(facts, func.value, site.ctx, site.order)
             if not found.complete or found.plain or not found.fsdp1 or found.fsdp2:
                 continue  # only a module that is FSDP1-wrapped on every path
             strategies = [wrap_config(facts, o).sharding for o in found.fsdp1]

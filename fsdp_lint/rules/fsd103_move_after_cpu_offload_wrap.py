@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts.dataflow import Source
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, is_accelerator_device, origins, wrap_config, wrap_line
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, is_accelerator_device, origins_with_callers, wrap_config, wrap_line
 from fsdp_lint.facts.values import first_positional
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -19,7 +19,8 @@ class MoveAfterCpuOffloadWrap(Rule):
 Checks for `.cuda()` or `.to(...)` (other than to the CPU or to a dtype) on a module that at
 that point can be `FSDP(..., cpu_offload=CPUOffload(offload_params=True))`: the wrap reaches
 the move (not in an exclusive `if`/`elif` arm, not behind a `return`), through variables,
-class attributes and the offload configuration's variables.
+class attributes, the offload configuration's variables, and a function's parameter from the
+calls of that function in this file (a `prepare_for_eval(model, device)` helper).
 
 ## Why is this bad?
 With parameter offload FSDP keeps the parameters on the CPU and moves them itself. Moving
@@ -71,7 +72,7 @@ No automatic fix: where the module should live is the author's decision.
                 continue
             if site.attr == "to" and not _moves_off_cpu(facts, site):
                 continue
-            found = origins(facts, func.value, site.ctx, site.order)
+            found = origins_with_callers(facts, func.value, site.ctx, site.order)
             offloaded = [o for o in found.fsdp1 if wrap_config(facts, o).offload is True]
             if not offloaded:
                 continue
