@@ -216,15 +216,16 @@ def _paths_on(rule, version: str) -> str:
 
 
 def framework_forms(rule, installed: Optional[dict] = None) -> List[dict]:
-    """The rule's framework forms with what each needs and what is installed here (package
-    metadata; nothing is imported)."""
+    """The rule's framework forms (those that need a framework's package; a form of torch
+    alone, FSD104's ``load``, is not one) with what each needs and what is installed here
+    (package metadata; nothing is imported)."""
     out = []
     for form in forms(rule.code):
         needs: dict = {}
         for scenario in variants(rule.code):
             if scenario.form == form:
                 needs.update(scenario.packages)
-        if not form:
+        if not form or not needs:
             continue
         found = installed if installed is not None else installed_versions(needs)
         out.append({"form": form, "label": label(rule.code, form), "packages": needs,

@@ -983,7 +983,8 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
         attr = func.attr if type(func) is ast.Attribute else None
         if attr == torch_api.SUMMON:
             return call in _summons(s)
-        if attr == "state_dict" and not call.args and not call.keywords and (s.fsdp1_wraps() or s.fsdp1_names()):
+        if (attr == "load_state_dict" or attr == "state_dict" and not call.args and not call.keywords) and (
+                s.fsdp1_wraps() or s.fsdp1_names()):
             receiver = func.value
             if _dotted(receiver) in s.fsdp1_names():
                 return True

@@ -1,7 +1,8 @@
 """Calls that every rank must make (collectives), and whether a model is sharded yet.
 
 - torch FSDP: ``summon_full_params``; ``state_dict()`` of an FSDP1 module (a full state dict
-  all-gathers); ``FSDP.optim_state_dict`` / ``full_optim_state_dict``;
+  all-gathers) and its ``load_state_dict(...)`` (the full and sharded pre-load hooks unshard
+  the parameters, ``_enter_unshard_params_ctx``); ``FSDP.optim_state_dict`` / ``full_optim_state_dict``;
   ``torch.distributed.checkpoint.state_dict.get_*state_dict`` on a sharded model.
 - ``torch.distributed`` collectives and barriers, in a file that uses torch FSDP (a
   DDP-only script's collectives are out of this linter's scope).
@@ -204,6 +205,19 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
             return None
         if gathers_full_state_dict(facts, func.value, site):
             return Collective("a full FSDP state dict (an all-gather)")
+        return None
+    if site.attr == "load_state_dict" and isinstance(func, cst.Attribute) and not qualname:
+        # FSDP1's full and sharded pre-load hooks unshard the parameters (an all-gather,
+        # torch/distributed/fsdp/_state_dict_utils.py); a module wrapped later in the
+        # function (rank 0 loads, then ``FSDP(..., sync_module_states=True)``) is not FSDP yet
+        if sharded_later(facts, func.value, site) or _inside_own_summon(facts, func.value, site):
+            return None
+        if gathers_full_state_dict(facts, func.value, site):
+            return Collective(
+                "`load_state_dict` into an FSDP module (its load hooks all-gather the parameters)",
+                advice="load on every rank, or load the plain module on rank 0 before wrapping it with "
+                       "`sync_module_states=True`",
+            )
         return None
     if site.attr in DTENSOR_COLLECTIVES and isinstance(func, cst.Attribute) and not qualname and (
         sharded_norm(facts, func.value, site) is not None or sharded_parameter(facts, func.value, site)

@@ -15,7 +15,7 @@ class CollectiveOnOneRank(Rule):
     code = "FSD104"
     name = "collective-on-one-rank"
     summary = (
-        "a collective (full state dict, `summon_full_params`, `torch.distributed`, accelerate/Lightning/transformers save and gather calls) called only under a rank test: hang"
+        "a collective (full state dict or its load, `summon_full_params`, `torch.distributed`, accelerate/Lightning/transformers save and gather calls) called only under a rank test: hang"
     )
     fix_availability = FIX_NEVER
     markers = (
@@ -57,7 +57,10 @@ Collectives:
 - torch FSDP: `summon_full_params`; `state_dict()` of a module that is FSDP1-wrapped there
   (not inside `with summon_full_params(model)` of that module, entered by every rank: its
   parameters are gathered already and the state dict then starts no collective, measured
-  on CPU/gloo, torch 2.13.0);
+  on CPU/gloo, torch 2.13.0); `load_state_dict(...)` into a module that is FSDP1-wrapped
+  there (FSDP1's full and sharded pre-load hooks unshard the parameters: an all-gather,
+  `torch/distributed/fsdp/_state_dict_utils.py`; a plain module loaded on rank 0 before the
+  wrap, as with `sync_module_states=True`, is not);
   `get_model_state_dict` / `get_optimizer_state_dict` / `get_state_dict`;
   `FSDP.optim_state_dict` / `full_optim_state_dict`;
 - DTensor: `.full_tensor()` and `.redistribute(...)` of an FSDP2 gradient norm
@@ -113,6 +116,7 @@ The framework forms are verified by their own scenarios, each the framework's ca
 the rank test: `FSD104 (fabric-fsdp2)` (`fabric.save` on global rank 0 with
 `ModelParallelStrategy`: rank 0 blocks in the path's broadcast inside `fabric.save`, the
 other rank in its next forward; measured on CPU/gloo, torch 2.13.0, Lightning 2.6.6),
+`FSD104 (load)` (`model.load_state_dict(...)` into an FSDP1 module on rank 0 only),
 `FSD104 (fabric)` (`fabric.save` with `strategy="fsdp"`) and `FSD104 (accelerate)`
 (`accelerator.get_state_dict(model)` under FSDP1 on the main process). The last two run on
 GPUs only: Lightning refuses `strategy="fsdp"` off GPU (`fabric/connector.py` l. 433-439) and

@@ -286,6 +286,22 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
             timeout=60.0,
         ),
         Scenario(
+            program="fsd104_load_state_dict_on_one_rank.py",
+            form="load",
+            fixed_by=((
+                "    if dist.get_rank() == 0:\n"
+                "        model.load_state_dict(state)\n",
+                "    model.load_state_dict(state)\n"
+                "    if dist.get_rank() == 0:\n",
+            ),),
+            hazard="load_state_dict into the FSDP1 module on rank 0 only: " + HANG,
+            hang_is_hazard=True,
+            errors=HANG_ERRORS,
+            min_ranks=2,
+            ranks_why=ONE_RANK_HANG,
+            timeout=60.0,
+        ),
+        Scenario(
             program="fsd104_accelerate_state_dict_on_main_process.py",
             form="accelerate",
             packages=ACCELERATE,
