@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.facts.flow import can_follow
 from fsdp_lint.facts.frameworks import framework_wraps
-from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, origins, wrap_config
+from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.optimizers import aliases, optimizers, used_after
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -14,7 +14,7 @@ class OptimizerBeforeWrap(Rule):
     code = "FSD101"
     name = "optimizer-before-wrap"
     summary = (
-        "optimizer built from a module's parameters before FSDP (or accelerate's FSDP1 `prepare`) wraps it, or from the unwrapped module"
+        "optimizer built from a module's parameters before FSDP (or accelerate's FSDP1 `prepare`) wraps it"
     )
     fix_availability = FIX_NEVER
     markers = (
@@ -32,9 +32,12 @@ of a function of this file that runs `fully_shard` on its parameter, torchtitan'
 `apply_fsdp(model)`: FSDP2 shards in place, or a function of another file of the project
 that does, found through the imports: `parallelize_llama(model, mesh)` from
 `parallelize.py`, the message then names where it shards) in the same function and still used after the wrap: called, returned (`return model, optimizer`),
-stored on an object (`self.optimizer = ...`) or passed on (`Trainer(model, optimizer)`);
-and for an optimizer built after wrapping from the unwrapped module object
-(`self.model = FSDP(model)` then `Adam(model.parameters())`). Names are followed through
+stored on an object (`self.optimizer = ...`) or passed on (`Trainer(model, optimizer)`).
+An optimizer built after the wrap from the module object that was wrapped
+(`self.model = FSDP(model)` then `Adam(model.parameters())`) is not flagged: FSDP1 registers
+its flat parameters on that inner module (or keeps the original parameter objects with
+`use_orig_params=True`), so it holds the tensors FSDP trains (measured on CPU/gloo, torch
+2.13.0, both settings). Names are followed through
 aliases (`self.model = model`). An optimizer is a `torch.optim` class, an optimizer-like
 class or variable (`optimizer_cls = torch.optim.AdamW`; `optimizer_cls(params=...)`), or
 `m.configure_optimizers(...)` / a method of this file that builds one from
@@ -144,17 +147,6 @@ other code with it.
                         f"optimizer built from `{optimizer.module}.parameters()` before `{wrapped}` is wrapped by FSDP "
                         f"({where}) and used afterwards: it steps the old parameters and "
                         "the weights never change; build it after wrapping"
-                    )
-                elif (
-                    not wrap.fsdp2
-                    and site.order < opt.order
-                    and can_follow(site.ctx, site.order, opt.ctx, opt.order)
-                    and not any(o.wrap is wrap for o in origins(facts, optimizer.owner, opt.ctx, opt.order).wraps)
-                ):
-                    target = wrap.target or "FSDP(...)"
-                    message = (
-                        f"optimizer built from the unwrapped `{optimizer.module}` after it was wrapped by FSDP "
-                        f"(line {report.row(site.node)}): build it from `{target}.parameters()`"
                     )
                 else:
                     continue
