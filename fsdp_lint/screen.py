@@ -977,19 +977,23 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
     # a collective (``collectives.torch_collective``, ``frameworks.framework_collective``)
     # under a rank test or in a one-rank function
     all_methods = set().union(*ALWAYS.values(), *WITH_FSDP.values())
+    sets_state_dict_type = any(
+        not s.callee(c).isdisjoint(torch_api.STATE_DICT_TYPE_METHODS) for f in s.frames.values() for c in f.calls)
 
     def collective(call: ast.Call) -> bool:
         func = call.func
         attr = func.attr if type(func) is ast.Attribute else None
         if attr == torch_api.SUMMON:
             return call in _summons(s)
-        if (attr == "load_state_dict" or attr == "state_dict" and not call.args and not call.keywords) and (
-                s.fsdp1_wraps() or s.fsdp1_names()):
-            receiver = func.value
-            if _dotted(receiver) in s.fsdp1_names():
+        if attr == "load_state_dict" or attr == "state_dict" and not call.args and not call.keywords:
+            if sets_state_dict_type:  # ``state_dicts.inside_own_state_dict_type``, read widely
                 return True
-            if _from_fsdp1(s, receiver, call):
-                return True
+            if s.fsdp1_wraps() or s.fsdp1_names():
+                receiver = func.value
+                if _dotted(receiver) in s.fsdp1_names():
+                    return True
+                if _from_fsdp1(s, receiver, call):
+                    return True
         if attr in all_methods and attr in _framework_methods(s, call):
             return True
         if attr in GATHERS and s.fsdp2_wraps():  # ``facts.dtensors``: a DTensor norm or parameter

@@ -23,6 +23,7 @@ from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins_with_callers, use
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
+from fsdp_lint.facts.state_dicts import inside_own_state_dict_type
 from fsdp_lint.facts.summon import summon_calls, summons_entering
 from fsdp_lint.facts.values import first_positional, positional_args
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_norm, sharded_parameter
@@ -174,12 +175,20 @@ def _inside_own_summon(facts: ModuleFacts, model, site: CallSite) -> bool:
 
 def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site: CallSite) -> bool:
     """``model.state_dict()`` at ``site`` all-gathers: ``model`` is FSDP1-wrapped there (or,
-    where its origin cannot be followed, a name the file binds to an FSDP1 module; a value
+    where its origin cannot be followed, the module of an enclosing ``FSDP.state_dict_type``
+    block, or a name the file binds to an FSDP1 module; a value
     followed to a call the file cannot see into, ``model = config.instantiate(cfg)``, is not
     taken for the FSDP module the same name holds elsewhere: ``Origins.opaque``)."""
     found = origins_with_callers(facts, model, site.ctx, site.order)
-    return bool(found.fsdp1 or (not found.complete and not found.wraps and not found.plain and not found.opaque
-                                and dotted_name(model) in fsdp_modules(facts).fsdp1))
+    if found.fsdp1:
+        return True
+    if found.complete or found.wraps or found.plain:
+        return False
+    # unknown origin: the file's own word that it is FSDP1 (inside its own
+    # ``FSDP.state_dict_type`` block; else a name it binds to an FSDP1 module, unless the
+    # value comes from a call the file cannot see into)
+    return inside_own_state_dict_type(facts, model, site) or (
+        not found.opaque and dotted_name(model) in fsdp_modules(facts).fsdp1)
 
 
 def not_sharded_here(facts: ModuleFacts, model, site: CallSite) -> bool:

@@ -13,6 +13,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import Source, Sources, sources
 from fsdp_lint.facts.fsdp_modules import Origins, origins_with_callers
+from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments, literal_bool
 
@@ -48,6 +49,22 @@ def _compute(facts: ModuleFacts) -> List[StateDictSetting]:
 
 def state_dict_settings(facts: ModuleFacts) -> List[StateDictSetting]:
     return facts.cached("state_dict_settings", _compute)
+
+
+def inside_own_state_dict_type(facts: ModuleFacts, model: cst.BaseExpression, site: CallSite) -> bool:
+    """``site`` runs inside ``with FSDP.state_dict_type(m, ...)`` whose module ``m`` is the
+    same dotted name as ``model``: the file itself treats that module as FSDP1 there (the
+    context sets the state-dict type of its FSDP1 units), even where its construction is in
+    another file (``model = setup_fsdp(model, cfg)``, ``self.model`` set by a caller)."""
+    name = dotted_name(model)
+    if name is None or not site.ctx.withs:
+        return False
+    blocks = {id(block) for block in site.ctx.withs}
+    return any(
+        setting.site.entered_by is not None and id(setting.site.entered_by) in blocks
+        and setting.module_expr is not None and dotted_name(setting.module_expr) == name
+        for setting in state_dict_settings(facts)
+    )
 
 
 def full_config_offloads(facts: ModuleFacts, source: Source) -> object:

@@ -60,7 +60,9 @@ Collectives:
   on CPU/gloo, torch 2.13.0); `load_state_dict(...)` into a module that is FSDP1-wrapped
   there (FSDP1's full and sharded pre-load hooks unshard the parameters: an all-gather,
   `torch/distributed/fsdp/_state_dict_utils.py`; a plain module loaded on rank 0 before the
-  wrap, as with `sync_module_states=True`, is not);
+  wrap, as with `sync_module_states=True`, is not). A module built where the file cannot
+  see (another module's helper, `self.model` set by a caller) counts as FSDP1 inside a
+  `with FSDP.state_dict_type(m, ...)` block of that same module: the file says so;
   `get_model_state_dict` / `get_optimizer_state_dict` / `get_state_dict`;
   `FSDP.optim_state_dict` / `full_optim_state_dict`;
 - DTensor: `.full_tensor()` and `.redistribute(...)` of an FSDP2 gradient norm
