@@ -248,3 +248,46 @@ def test_a_binding_later_in_a_loop_reaches_the_next_iteration():
     use = _call(facts, "evaluate(model)")
     values = sorted(facts.module.code_for_node(b.value) for b in lookup(facts, "do_eval", use.ctx, use.order).bindings)
     assert values == ["False", "step % 100 == 0"]
+
+
+# -- tests that contradict each other (``facts.conditions``) ------------------------------
+_SETUP = """
+def main(args, net, loader):
+    is_distributed = args.world_size > 1
+    is_ddp = is_distributed and args.dist == "ddp"
+    is_fsdp = is_distributed and args.dist == "fsdp"
+{body}
+"""
+
+
+@pytest.mark.parametrize(
+    "body, first, then, exclusive",
+    [
+        # one value of args.dist cannot equal two strings; not-distributed excludes is_fsdp
+        ("    if is_fsdp:\n        wrap(net)\n    if (not is_distributed) or is_ddp:\n        use(net)\n",
+         "wrap(net)", "use(net)", True),
+        ("    if is_fsdp:\n        wrap(net)\n    if is_distributed:\n        use(net)\n", "wrap(net)", "use(net)", False),
+        ("    if args.dist in ('fsdp', 'hsdp'):\n        wrap(net)\n    elif args.dist == 'ddp':\n        pass\n"
+         "    if args.dist == 'ddp':\n        use(net)\n", "wrap(net)", "use(net)", True),
+        ("    if args.use_fsdp:\n        wrap(net)\n    if not args.use_fsdp:\n        use(net)\n",
+         "wrap(net)", "use(net)", True),
+        ("    if args.dist != 'fsdp':\n        wrap(net)\n    if args.dist == 'ddp':\n        use(net)\n",
+         "wrap(net)", "use(net)", False),
+        # a name bound again between the tests, in a loop, or a test that calls: not read
+        ("    if is_fsdp:\n        wrap(net)\n    is_fsdp = False\n    if not is_fsdp:\n        use(net)\n",
+         "wrap(net)", "use(net)", False),
+        ("    for mode in args.modes:\n        on = mode == 'fsdp'\n        if on:\n            wrap(net)\n"
+         "        if not on:\n            use(net)\n", "wrap(net)", "use(net)", False),
+        ("    if dist.is_initialized():\n        wrap(net)\n    if not dist.is_initialized():\n        use(net)\n",
+         "wrap(net)", "use(net)", False),
+        # a flag computed once by a call before both tests is one value
+        ("    main_process = dist.get_rank() == 0\n    if main_process:\n        wrap(net)\n"
+         "    if not main_process:\n        use(net)\n", "wrap(net)", "use(net)", True),
+    ],
+)
+def test_tests_that_contradict_each_other_are_exclusive(body, first, then, exclusive):
+    from fsdp_lint.facts.flow import can_follow
+
+    facts = _facts(_SETUP.format(body=body))
+    a, b = _call(facts, first), _call(facts, then)
+    assert can_follow(a.ctx, a.order, b.ctx, b.order) is not exclusive

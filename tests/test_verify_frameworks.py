@@ -31,7 +31,10 @@ def _needs(*wanted, device="cpu"):
 
 
 def _cpu_forms():
-    return sorted({f for code in CODES for f in forms(code) if f and "cpu" in scenario_for(code, "cpu", f).devices})
+    """The framework forms (a form of torch alone, FSD104's ``load``, is judged with the
+    rules) that run on the CPU."""
+    return sorted({f for code in CODES for f in forms(code) if f and "cpu" in scenario_for(code, "cpu", f).devices
+                   and scenario_for(code, "cpu", f).packages})
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import List
 
+from fsdp_lint.facts.conditions import conditions_contradict
 from fsdp_lint.facts.model import Binding, Context
 
 _LEAVES_FUNCTION = ("return", "raise")
@@ -19,7 +20,9 @@ _LEAVES_FUNCTION = ("return", "raise")
 def exclusive(a: Context, b: Context) -> bool:
     """``a`` and ``b`` sit in different arms of one ``if`` (an ``elif`` chain included)
     that no loop of their function repeats, or one of them is in an arm that returns and
-    the other after it: in one call of the function at most one of them runs."""
+    the other after it, or the tests around them contradict each other (``if is_fsdp:``
+    and ``if is_ddp:`` of one ``args.dist``: ``conditions``): in one call of the function
+    at most one of them runs."""
     if a.function is not b.function:
         return False
     arms_a = {id(g.node): g for g in a.guards}
@@ -30,7 +33,7 @@ def exclusive(a: Context, b: Context) -> bool:
         exit_kind = guard.after_exit or other.after_exit
         if exit_kind in _LEAVES_FUNCTION or guard.loop_depth == 0:
             return True
-    return False
+    return conditions_contradict(a, b)
 
 
 def can_follow(first: Context, first_order: int, then: Context, then_order: int) -> bool:

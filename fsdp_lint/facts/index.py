@@ -13,6 +13,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts.imports import ImportTable, dotted_name
 from fsdp_lint.facts.model import (
     Binding,
+    BindingIndex,
     CallSite,
     Context,
     FunctionInfo,
@@ -92,6 +93,7 @@ class _Indexer:
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
         self.imports = facts.imports
+        self.binding_index = BindingIndex(facts.bindings)
         self.frames: List[_Frame] = [_Frame(None, None)]
         self.statements: List[cst.CSTNode] = [facts.module]
         self.with_items: Dict[int, WithBlock] = {}
@@ -235,6 +237,7 @@ class _Indexer:
             branch=which,
             after_exit=after_exit,
             order=self.order + 1,
+            bindings=self.binding_index,
         )
 
     def _guard(self, node: cst.If, branch, which: str) -> Exit:

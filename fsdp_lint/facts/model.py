@@ -17,6 +17,25 @@ class Loop:
     steps: bool = False  # a backward()/step() call has this loop as its innermost loop
 
 
+class BindingIndex:
+    """The file's bindings by function and name, shared by every guard of the file (built on
+    the first question, once the walk has recorded them all): what ``flow`` reads to see
+    that two tests share a condition (``is_fsdp = args.dist == "fsdp"``)."""
+
+    def __init__(self, bindings: List["Binding"]) -> None:
+        self._bindings = bindings
+        self._by: Optional[Dict[Tuple[int, str], List["Binding"]]] = None
+        self.formulas: Dict[Tuple[int, int], object] = {}  # ``conditions``: each guard's test, read once
+
+    def of(self, function, name: str) -> List["Binding"]:
+        if self._by is None:
+            by: Dict[Tuple[int, str], List[Binding]] = {}
+            for binding in self._bindings:
+                by.setdefault((id(binding.ctx.function), binding.target), []).append(binding)
+            self._by = by
+        return self._by.get((id(function), name), [])
+
+
 @dataclass(eq=False)
 class Guard:
     """An ``if`` between a statement and the enclosing loops of its function."""
@@ -31,6 +50,7 @@ class Guard:
     # ``if test: ...; return`` (an early exit): "return", "raise", "continue", "break"; else ""
     after_exit: str = ""
     order: int = 0  # source order of the test (bindings before it may reach it)
+    bindings: Optional[BindingIndex] = None  # the file's bindings, to read the test's names
 
 
 @dataclass(eq=False)

@@ -1,0 +1,215 @@
+"""What the ``if`` tests around a statement say, and whether the tests around two statements
+can all hold in one call of their function.
+
+``if is_fsdp: model = FSDP(model)`` and, further down, ``if (not is_distributed) or is_ddp:
+model.state_dict()`` never both run when ``is_ddp = is_distributed and args.dist == "ddp"``
+and ``is_fsdp = is_distributed and args.dist == "fsdp"``: one value of ``args.dist`` cannot
+equal both strings. A test is read as a formula over atoms:
+- a name or attribute (``use_fsdp``, ``args.fsdp``), replaced by the one value the function
+  assigns it before the test (outside any loop) when that value is itself a condition;
+- ``x == "fsdp"``, ``x != 2``, ``x in ("ddp", "fsdp")``, ``x is None`` (``x`` a name or
+  attribute, the other side a literal): at most one literal equals ``x``;
+- any other comparison of names and literals (``world_size > 1``): one atom per text.
+A test that calls something (``dist.is_initialized()``), reads a name the function binds
+more than once, in a loop, or after the test, or sits in a loop, is not read: its value may
+change between the two tests, so nothing is concluded (an "exclusive" answer only ever
+removes findings; it is given only where the file shows it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Dict, List, Optional, Set, Tuple
+
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import Context, Guard
+
+_MAX_DEPTH = 4
+_MAX_CASES = 4096
+_UNREAD = object()  # a test this module does not read
+
+# formulas: ("atom", key) | ("eq", subject, literal) | ("not", f) | ("and", fs) | ("or", fs) | ("const", bool)
+
+
+def _literal(node) -> object:
+    """The value of a literal (string, number, True/False/None), else ``_UNREAD``."""
+    if isinstance(node, cst.SimpleString):
+        try:
+            return ("str", node.evaluated_value)
+        except Exception:  # noqa: BLE001 - an odd prefix: not read
+            return _UNREAD
+    if isinstance(node, cst.Integer):
+        return ("int", node.value)
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return ("name", node.value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(
+            node.expression, cst.Integer):
+        return ("int", "-" + node.expression.value)
+    return _UNREAD
+
+
+def _stable(guard: Guard, function, name: str) -> Optional[List]:
+    """The bindings of ``name`` (and of its head, for ``args.dist``) in ``function`` when
+    its value cannot change between the start of the function's body and the test: at most
+    one binding, outside loops, before the test.  None when it may change."""
+    index = guard.bindings
+    if index is None:
+        return None
+    head = name.split(".", 1)[0]
+    own = index.of(function, name)
+    heads = index.of(function, head) if head != name else []
+    for binding in own + heads:
+        if binding.ctx.loops or binding.order >= guard.order:
+            return None
+    if len(own) > 1 or len(heads) > 1 or (own and heads):
+        return None
+    return own
+
+
+def _formula(expr, guard: Guard, function, depth: int = 0):
+    if depth > _MAX_DEPTH:
+        return _UNREAD
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return ("const", expr.value == "True")
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        name = dotted_name(expr)
+        if name is None:
+            return _UNREAD
+        own = _stable(guard, function, name)
+        if own is None:
+            return _UNREAD
+        if len(own) == 1 and own[0].kind == "assign" and own[0].index is None:
+            inner = _formula(own[0].value, guard, function, depth + 1)
+            if inner is not _UNREAD:
+                return inner
+            if not isinstance(own[0].value, (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)) and _has_call(
+                    own[0].value):
+                return ("atom", "=" + name)  # computed once before the test: still one value
+        return ("atom", name)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = _formula(expr.expression, guard, function, depth + 1)
+        return _UNREAD if inner is _UNREAD else ("not", inner)
+    if isinstance(expr, cst.BooleanOperation):
+        left = _formula(expr.left, guard, function, depth + 1)
+        right = _formula(expr.right, guard, function, depth + 1)
+        if left is _UNREAD or right is _UNREAD:
+            return _UNREAD
+        return ("and" if isinstance(expr.operator, cst.And) else "or", (left, right))
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        return _comparison(expr, guard, function)
+    return _UNREAD
+
+
+def _has_call(node) -> bool:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, cst.Call):
+            return True
+        stack.extend(item.children)
+    return False
+
+
+def _comparison(expr: cst.Comparison, guard: Guard, function):
+    target = expr.comparisons[0]
+    op = target.operator
+    left, right = expr.left, target.comparator
+    if _literal(left) is not _UNREAD and _literal(right) is _UNREAD:
+        left, right = right, left
+    name = dotted_name(left) if isinstance(left, (cst.Name, cst.Attribute)) else None
+    if name is None or _stable(guard, function, name) is None:
+        return _UNREAD
+    if isinstance(op, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)):
+        value = _literal(right)
+        if value is _UNREAD:
+            return _UNREAD
+        eq = ("eq", name, value)
+        return ("not", eq) if isinstance(op, (cst.NotEqual, cst.IsNot)) else eq
+    if isinstance(op, (cst.In, cst.NotIn)) and isinstance(right, (cst.Tuple, cst.List, cst.Set)):
+        values = [_literal(e.value) for e in right.elements]
+        if not values or any(v is _UNREAD for v in values):
+            return _UNREAD
+        either = ("or", tuple(("eq", name, v) for v in values))
+        return ("not", either) if isinstance(op, cst.NotIn) else either
+    if isinstance(op, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)) and (
+            _literal(right) is not _UNREAD):
+        return ("atom", f"{name} {type(op).__name__} {_literal(right)}")
+    return _UNREAD
+
+
+def _guard_formula(guard: Guard, function):
+    """The formula that holds where the guarded statement runs (None: not read)."""
+    cache: Dict[Tuple[int, int], object] = guard.bindings.formulas if guard.bindings is not None else {}
+    key = (id(guard), id(function))
+    if key not in cache:
+        found = _formula(guard.node.test, guard, function)
+        cache[key] = None if found is _UNREAD else (found if guard.branch == "body" else ("not", found))
+    return cache[key]
+
+
+def _atoms(formula, atoms: Set[str], subjects: Dict[str, Set[object]]) -> None:
+    kind = formula[0]
+    if kind == "atom":
+        atoms.add(formula[1])
+    elif kind == "eq":
+        subjects.setdefault(formula[1], set()).add(formula[2])
+    elif kind == "not":
+        _atoms(formula[1], atoms, subjects)
+    elif kind in ("and", "or"):
+        for part in formula[1]:
+            _atoms(part, atoms, subjects)
+
+
+def _holds(formula, truth: Dict[str, bool], chosen: Dict[str, object]) -> bool:
+    kind = formula[0]
+    if kind == "const":
+        return formula[1]
+    if kind == "atom":
+        return truth[formula[1]]
+    if kind == "eq":
+        return chosen[formula[1]] == formula[2]
+    if kind == "not":
+        return not _holds(formula[1], truth, chosen)
+    if kind == "and":
+        return all(_holds(part, truth, chosen) for part in formula[1])
+    return any(_holds(part, truth, chosen) for part in formula[1])
+
+
+def conditions_contradict(a: Context, b: Context) -> bool:
+    """The tests around ``a`` and around ``b`` (one function) cannot all hold in one call of
+    it: at most one of the two statements runs."""
+    if a.function is not b.function or not a.guards or not b.guards:
+        return False
+    shared = {(id(g.node), g.branch) for g in a.guards} & {(id(g.node), g.branch) for g in b.guards}
+    only_a = [g for g in a.guards if (id(g.node), g.branch) not in shared]
+    only_b = [g for g in b.guards if (id(g.node), g.branch) not in shared]
+    if not only_a or not only_b or any(g.loop_depth for g in only_a + only_b):
+        return False  # a test a loop repeats may see a flag the loop changes (``if buf: ... else: buf.append(x)``)
+    formulas = []
+    for guard in only_a + only_b:
+        found = _guard_formula(guard, a.function)
+        if found is not None:
+            formulas.append(found)
+    if len(formulas) < 2:
+        return False
+    atoms: Set[str] = set()
+    subjects: Dict[str, Set[object]] = {}
+    for formula in formulas:
+        _atoms(formula, atoms, subjects)
+    atom_list = sorted(atoms)
+    subject_list = sorted(subjects)
+    choices = [sorted(subjects[s], key=repr) + [None] for s in subject_list]  # None: another value
+    cases = 2 ** len(atom_list)
+    for options in choices:
+        cases *= len(options)
+    if cases > _MAX_CASES:
+        return False
+    for values in itertools.product((False, True), repeat=len(atom_list)):
+        truth = dict(zip(atom_list, values))
+        for picked in itertools.product(*choices):
+            chosen = dict(zip(subject_list, picked))
+            if all(_holds(f, truth, chosen) for f in formulas):
+                return False
+    return True
