@@ -80,6 +80,10 @@ def parse(text: str) -> Optional[ast.Module]:
         return None
 
 
+def _is_self_method(func) -> bool:
+    return type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self"
+
+
 def _last(node) -> Optional[str]:
     kind = type(node)
     if kind is ast.Name:
@@ -528,13 +532,15 @@ class Summary:
                 for call in frame.calls:
                     names = self.callee(call)
                     last = _last(call.func)
-                    if last in (torch_api.SUMMON, "state_dict") or last in every or not names.isdisjoint(
+                    if last in (torch_api.SUMMON, "state_dict", "load_state_dict") or last in every or not names.isdisjoint(
                             _GATHERS | _OPTIM_STATE | _DIST) or (last in GATHERS and self.fsdp2_wraps()):
                         kinds.add("collective")
                     if not names.isdisjoint(_SAVES):
                         kinds.add("saves")
                     if type(call.func) is ast.Name:
                         calls_of.setdefault(frame.name, set()).add(call.func.id)
+                    elif _is_self_method(call.func):  # ``self.m(...)``: a method of the class
+                        calls_of.setdefault(frame.name, set()).add(call.func.attr)
             for _ in range(3):
                 for name, callees in calls_of.items():
                     for callee in callees:
@@ -548,6 +554,8 @@ class Summary:
         kinds = set(self.project_kinds(call))
         if type(call.func) is ast.Name:
             kinds |= self.local_helpers().get(call.func.id, set())
+        elif _is_self_method(call.func):
+            kinds |= self.local_helpers().get(call.func.attr, set())
         return kinds
 
     def fsdp1_wraps(self) -> bool:

@@ -10,8 +10,11 @@ helper's body (not in a nested ``def`` or lambda), under no ``if`` (nor the rest
 block after an ``if`` that exits), no loop, no conditional expression, ``and``/``or`` or
 comprehension.  A helper that calls another helper of its own file on every call does
 what that one does (three levels deep); a call into another file is not followed (a
-summary depends on its file alone).  Methods are not summarized: which class an
-instance is cannot be told from the call.
+summary depends on its file alone).  A method is summarized only where it is called as
+``self.m(...)`` from a method of its own class (``method_summary``; a subclass that
+overrides it is not seen): which class another instance is cannot be told from the call.
+Method summaries stay out of ``summaries`` (what other files import) and are asked by
+``collective_helper`` only.
 """
 
 from __future__ import annotations
@@ -51,6 +54,26 @@ def _top_level(facts: ModuleFacts) -> Dict[str, FunctionInfo]:
         if len(tops) == 1 and len(infos) == len(tops):
             found[name] = tops[0]
     return found
+
+
+def _methods(facts: ModuleFacts) -> Dict[tuple, FunctionInfo]:
+    """(id(class), name) -> a method defined once in its class, undecorated (a
+    ``staticmethod`` takes no ``self``)."""
+    found: Dict[tuple, List[FunctionInfo]] = {}
+    for infos in facts.functions.values():
+        for info in infos:
+            if info.class_def is not None and info.parent is None:
+                found.setdefault((id(info.class_def), info.name), []).append(info)
+    return {key: infos[0] for key, infos in found.items()
+            if len(infos) == 1 and not infos[0].node.decorators and infos[0].param_names}
+
+
+def _self_method(func, class_def) -> Optional[str]:
+    """``self.m`` called in a method of ``class_def``: ``m``."""
+    if class_def is not None and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+            and func.value.value == "self":
+        return func.attr.value
+    return None
 
 
 def _calls_by_function(facts: ModuleFacts) -> Dict[int, List[CallSite]]:
@@ -129,24 +152,35 @@ class _Summarizer:
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
         self.functions = _top_level(facts)
+        self.methods = _methods(facts)
         self.by_function = facts.cached("calls_by_function", _calls_by_function)
-        self.done: Dict[str, Optional[Helper]] = {}
-        self.busy: Set[str] = set()
+        self.done: Dict[object, Optional[Helper]] = {}
+        self.busy: Set[object] = set()
 
     def summary(self, name: str, depth: int = 0) -> Optional[Helper]:
-        if name in self.done:
-            return self.done[name]
-        if name in self.busy or depth > MAX_DEPTH or name not in self.functions:
+        return self._summary(name, self.functions.get(name), depth)
+
+    def method_summary(self, class_def, name: str, depth: int = 0) -> Optional[Helper]:
+        """The method ``name`` of ``class_def`` as ``self.name(...)`` calls it (its
+        parameters without ``self``)."""
+        key = (id(class_def), name)
+        return self._summary(key, self.methods.get(key), depth)
+
+    def _summary(self, key, info: Optional[FunctionInfo], depth: int) -> Optional[Helper]:
+        if key in self.done:
+            return self.done[key]
+        if key in self.busy or depth > MAX_DEPTH or info is None:
             return None
-        self.busy.add(name)
-        helper = self._compute(self.functions[name], depth)
-        self.busy.discard(name)
-        self.done[name] = helper
+        self.busy.add(key)
+        helper = self._compute(info, depth)
+        self.busy.discard(key)
+        self.done[key] = helper
         return helper
 
     def _compute(self, info: FunctionInfo, depth: int) -> Helper:
         facts = self.facts
-        helper = Helper(info.name, info.param_names, line=info.node.name)
+        params = info.param_names[1:] if info.class_def is not None else info.param_names
+        helper = Helper(info.name, params, line=info.node.name)
         sites = [s for s in self.by_function.get(id(info.node), ())
                  if _always_reached(s) and not _in_handler(info.node, s.ctx.statement)]
         for site in sites:
@@ -206,9 +240,13 @@ class _Summarizer:
             helper.collective, helper.collective_at = words, node
             helper.advice = GATHER_ADVICE if site.attr in FRAMEWORK_GATHERS else "move it out of the rank test"
             return
+        inner = None
         if isinstance(func, cst.Name) and func.value in self.functions and facts.qualname(func) is None:
             inner = self.summary(func.value, depth + 1)
-            if inner is None or not inner.collective:
+        elif _self_method(func, info.class_def) is not None:
+            inner = self.method_summary(info.class_def, func.attr.value, depth + 1)
+        if inner is not None:
+            if not inner.collective:
                 return
             if inner.model is None:
                 helper.collective, helper.collective_at, helper.advice = inner.collective, inner.collective_at, inner.advice
@@ -335,8 +373,12 @@ def summaries(facts: ModuleFacts) -> Dict[str, Helper]:
     return facts.cached("helper_summaries", _summaries)
 
 
+def _summarizer(facts: ModuleFacts) -> "_Summarizer":
+    return facts.cached("helper_summarizer", _Summarizer)
+
+
 def _summaries(facts: ModuleFacts) -> Dict[str, Helper]:
-    summarizer = _Summarizer(facts)
+    summarizer = _summarizer(facts)
     found = {}
     for name in summarizer.functions:
         helper = summarizer.summary(name)
@@ -378,6 +420,9 @@ def collective_helper(facts: ModuleFacts, site: CallSite) -> Optional[Helper]:
     other ranks' side of the download idiom: ``if rank == 0: prepare()`` where ``prepare``
     ends in a barrier, ``else: dist.barrier()``) may be balanced: left alone."""
     helper = helper_at(facts, site)
+    method = _self_method(site.node.func, site.ctx.class_def) if site.ctx.function is not None else None
+    if helper is None and method is not None:
+        helper = _summarizer(facts).method_summary(site.ctx.class_def, method)
     if helper is None or not applies(facts, helper, site):
         return None
     if helper.balanced_by and any(

@@ -96,7 +96,9 @@ own body), of this file or of another file of the project found through the impo
 `__init__` re-export), is a collective where it is called: `if rank == 0:
 save_ckpt(model, path)` where `save_ckpt` calls `model.state_dict()` on an FSDP1 module, or
 `print(count_params(model))` where `count_params` enters `summon_full_params`; the message
-names the helper's file and line. A helper that gathers only on some path is not known to,
+names the helper's file and line. A method called as `self.m(...)` from a method of its own
+class is such a helper too (`if self.is_main_process: self._save_training_state()`, where
+the method calls a checkpoint helper that gathers). A helper that gathers only on some path is not known to,
 and is left alone.
 A gathering call on a model that is not sharded yet (rank 0 reads its model before
 `fully_shard`/`FSDP` wraps it later in the same function) is not a collective. Saving
