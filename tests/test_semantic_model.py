@@ -291,3 +291,23 @@ def test_tests_that_contradict_each_other_are_exclusive(body, first, then, exclu
     facts = _facts(_SETUP.format(body=body))
     a, b = _call(facts, first), _call(facts, then)
     assert can_follow(a.ctx, a.order, b.ctx, b.order) is not exclusive
+
+
+@pytest.mark.parametrize(
+    "body, exclusive",
+    [
+        # in a loop: an attribute flag and a comparison are read, a bare name is not
+        ("    if args.fsdp:\n        wrap(net)\n    for batch in loader:\n        if not args.fsdp:\n"
+         "            use(net)\n", True),
+        ("    for batch in loader:\n        if args.dist == 'fsdp':\n            wrap(net)\n"
+         "        elif args.dist == 'ddp':\n            pass\n        if args.dist == 'ddp':\n            use(net)\n", True),
+        ("    pending = []\n    for batch in loader:\n        if pending:\n            wrap(net)\n"
+         "        if not pending:\n            use(net)\n            pending.append(batch)\n", False),
+    ],
+)
+def test_tests_in_loops_read_attributes_and_comparisons_only(body, exclusive):
+    from fsdp_lint.facts.flow import exclusive as are_exclusive
+
+    facts = _facts(_SETUP.format(body=body))
+    a, b = _call(facts, "wrap(net)"), _call(facts, "use(net)")
+    assert are_exclusive(a.ctx, b.ctx) is exclusive

@@ -10,10 +10,12 @@ equal both strings. A test is read as a formula over atoms:
 - ``x == "fsdp"``, ``x != 2``, ``x in ("ddp", "fsdp")``, ``x is None`` (``x`` a name or
   attribute, the other side a literal): at most one literal equals ``x``;
 - any other comparison of names and literals (``world_size > 1``): one atom per text.
-A test that calls something (``dist.is_initialized()``), reads a name the function binds
-more than once, in a loop, or after the test, or sits in a loop, is not read: its value may
-change between the two tests, so nothing is concluded (an "exclusive" answer only ever
-removes findings; it is given only where the file shows it).
+A test that calls something (``dist.is_initialized()``), or reads a name the function binds
+more than once, in a loop, or after the test, is not read: its value may change between the
+two tests, so nothing is concluded (an "exclusive" answer only ever removes findings; it is
+given only where the file shows it).  In a loop a bare name read as a flag is not read
+either: the loop may change what it holds without binding it (``if buf: ... else:
+buf.append(x)``); an attribute (``args.fsdp``) and a comparison with a literal are.
 """
 
 from __future__ import annotations
@@ -84,9 +86,13 @@ def _formula(expr, guard: Guard, function, depth: int = 0):
             inner = _formula(own[0].value, guard, function, depth + 1)
             if inner is not _UNREAD:
                 return inner
-            if not isinstance(own[0].value, (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)) and _has_call(
-                    own[0].value):
+            if guard.loop_depth == 0 and not isinstance(
+                    own[0].value, (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)) and _has_call(own[0].value):
                 return ("atom", "=" + name)  # computed once before the test: still one value
+        if guard.loop_depth and "." not in name:
+            # a loop may change what a name holds without binding it (``buf.append(x)``);
+            # an attribute read as a flag (``args.fsdp``) and a comparison are read
+            return _UNREAD
         return ("atom", name)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
         inner = _formula(expr.expression, guard, function, depth + 1)
@@ -185,8 +191,8 @@ def conditions_contradict(a: Context, b: Context) -> bool:
     shared = {(id(g.node), g.branch) for g in a.guards} & {(id(g.node), g.branch) for g in b.guards}
     only_a = [g for g in a.guards if (id(g.node), g.branch) not in shared]
     only_b = [g for g in b.guards if (id(g.node), g.branch) not in shared]
-    if not only_a or not only_b or any(g.loop_depth for g in only_a + only_b):
-        return False  # a test a loop repeats may see a flag the loop changes (``if buf: ... else: buf.append(x)``)
+    if not only_a or not only_b:
+        return False
     formulas = []
     for guard in only_a + only_b:
         found = _guard_formula(guard, a.function)
