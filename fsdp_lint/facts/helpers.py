@@ -108,20 +108,33 @@ def _always_reached(site: CallSite, loops_ok: bool = False) -> bool:
     return False
 
 
-def _in_handler(function: cst.FunctionDef, statement) -> bool:
-    """``statement`` stands in an ``except`` (or ``finally``) block of ``function``: it runs
-    when something failed (or always, but after what may have raised), not on every call."""
+def _handled(function: cst.FunctionDef) -> Set[int]:
+    """The ids of the statements of ``function`` (not of its nested ``def``s) that stand in
+    an ``except`` (or ``finally``) block: they run when something failed (or always, but
+    after what may have raised), not on every call.  One walk per function."""
+    found: Set[int] = set()
     stack = [(function.body, False)]
     while stack:
         node, handled = stack.pop()
-        if node is statement:
-            return handled
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not function:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
         if isinstance(node, (cst.ExceptHandler, cst.Finally)) or type(node).__name__ == "ExceptStarHandler":
             handled = True
+        if handled and isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement, cst.SimpleStatementLine)):
+            found.add(id(node))
+        if isinstance(node, (cst.BaseExpression, cst.SimpleStatementLine)) and not handled:
+            continue  # no handler inside an expression or a simple line
         stack.extend((child, handled) for child in node.children)
-    return False
+    return found
+
+
+def _in_handler(facts: ModuleFacts, function: cst.FunctionDef, statement) -> bool:
+    """``statement`` stands in an ``except`` (or ``finally``) block of ``function``."""
+    handled = facts.cached("handled_statements", lambda f: {})
+    ids = handled.get(id(function))
+    if ids is None:
+        ids = handled[id(function)] = _handled(function)
+    return id(statement) in ids
 
 
 def _param(facts: ModuleFacts, info: FunctionInfo, expr, site: CallSite) -> Optional[str]:
@@ -182,7 +195,7 @@ class _Summarizer:
         params = info.param_names[1:] if info.class_def is not None else info.param_names
         helper = Helper(info.name, params, line=info.node.name)
         sites = [s for s in self.by_function.get(id(info.node), ())
-                 if _always_reached(s) and not _in_handler(info.node, s.ctx.statement)]
+                 if _always_reached(s) and not _in_handler(facts, info.node, s.ctx.statement)]
         for site in sites:
             if not helper.collective:
                 self._collective(info, site, helper, depth)
@@ -193,7 +206,7 @@ class _Summarizer:
                 self._save(info, site, helper)
         for wrap in fsdp_modules(facts).fsdp2_wraps:
             if wrap.site.ctx.function is info.node and helper.shards is None and not wrap.elsewhere \
-                    and _always_reached(wrap.site) and not _in_handler(info.node, wrap.site.ctx.statement):
+                    and _always_reached(wrap.site) and not _in_handler(facts, info.node, wrap.site.ctx.statement):
                 param = _param(facts, info, wrap.wrapped, wrap.site)
                 if param is not None:
                     inner = wrap.through or wrap
@@ -281,7 +294,7 @@ class _Summarizer:
                 return
             found = wrap
         site = found.site
-        if site.ctx.function is not info.node or not _always_reached(site) or _in_handler(info.node, site.ctx.statement):
+        if site.ctx.function is not info.node or not _always_reached(site) or _in_handler(self.facts, info.node, site.ctx.statement):
             return
         param = _param(facts, info, found.wrapped, site)
         if param is None:
@@ -305,7 +318,7 @@ class _Summarizer:
             func = site.node.func
             if not (site.ctx.loops and isinstance(func, cst.Attribute) and func.attr.value in DTENSOR_GATHERS):
                 continue
-            if not _always_reached(site, loops_ok=True) or _in_handler(info.node, site.ctx.statement):
+            if not _always_reached(site, loops_ok=True) or _in_handler(self.facts, info.node, site.ctx.statement):
                 continue
             model, names = None, set()
             for loop in site.ctx.loops:
