@@ -27,6 +27,8 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, Guard
+from fsdp_lint.facts.values import literal_string
+from fsdp_lint.facts.walk import descendants
 
 _MAX_DEPTH = 4
 _MAX_CASES = 4096
@@ -38,10 +40,8 @@ _UNREAD = object()  # a test this module does not read
 def _literal(node) -> object:
     """The value of a literal (string, number, True/False/None), else ``_UNREAD``."""
     if isinstance(node, cst.SimpleString):
-        try:
-            return ("str", node.evaluated_value)
-        except Exception:  # noqa: BLE001 - an odd prefix: not read
-            return _UNREAD
+        text = literal_string(node)
+        return _UNREAD if text is None else ("str", text)
     if isinstance(node, cst.Integer):
         return ("int", node.value)
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
@@ -87,7 +87,8 @@ def _formula(expr, guard: Guard, function, depth: int = 0):
             if inner is not _UNREAD:
                 return inner
             if guard.loop_depth == 0 and not isinstance(
-                    own[0].value, (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)) and _has_call(own[0].value):
+                    own[0].value, (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)) and any(
+                    isinstance(node, cst.Call) for node in descendants(own[0].value)):
                 return ("atom", "=" + name)  # computed once before the test: still one value
         if guard.loop_depth and "." not in name:
             # a loop may change what a name holds without binding it (``buf.append(x)``);
@@ -108,16 +109,6 @@ def _formula(expr, guard: Guard, function, depth: int = 0):
     return _UNREAD
 
 
-def _has_call(node) -> bool:
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, cst.Call):
-            return True
-        stack.extend(item.children)
-    return False
-
-
 def _comparison(expr: cst.Comparison, guard: Guard, function):
     target = expr.comparisons[0]
     op = target.operator
@@ -127,8 +118,8 @@ def _comparison(expr: cst.Comparison, guard: Guard, function):
     name = dotted_name(left) if isinstance(left, (cst.Name, cst.Attribute)) else None
     if name is None or _stable(guard, function, name) is None:
         return _UNREAD
+    value = _literal(right)
     if isinstance(op, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)):
-        value = _literal(right)
         if value is _UNREAD:
             return _UNREAD
         eq = ("eq", name, value)
@@ -140,8 +131,8 @@ def _comparison(expr: cst.Comparison, guard: Guard, function):
         either = ("or", tuple(("eq", name, v) for v in values))
         return ("not", either) if isinstance(op, cst.NotIn) else either
     if isinstance(op, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)) and (
-            _literal(right) is not _UNREAD):
-        return ("atom", f"{name} {type(op).__name__} {_literal(right)}")
+            value is not _UNREAD):
+        return ("atom", f"{name} {type(op).__name__} {value}")
     return _UNREAD
 
 
