@@ -280,6 +280,11 @@ def main(args, net, loader):
          "        if not on:\n            use(net)\n", "wrap(net)", "use(net)", False),
         ("    if dist.is_initialized():\n        wrap(net)\n    if not dist.is_initialized():\n        use(net)\n",
          "wrap(net)", "use(net)", False),
+        # a part of a test that is not read is free: the rest still contradicts
+        ("    if args.dist == 'fsdp':\n        wrap(net)\n    if args.dist != 'fsdp' and dist.get_rank() == 0:\n"
+         "        use(net)\n", "wrap(net)", "use(net)", True),
+        ("    if args.dist == 'fsdp':\n        wrap(net)\n    if args.dist != 'fsdp' or dist.get_rank() == 0:\n"
+         "        use(net)\n", "wrap(net)", "use(net)", False),
         # a flag computed once by a call before both tests is one value
         ("    main_process = dist.get_rank() == 0\n    if main_process:\n        wrap(net)\n"
          "    if not main_process:\n        use(net)\n", "wrap(net)", "use(net)", True),

@@ -12,7 +12,8 @@ equal both strings. A test is read as a formula over atoms:
 - any other comparison of names and literals (``world_size > 1``): one atom per text.
 A test that calls something (``dist.is_initialized()``), or reads a name the function binds
 more than once, in a loop, or after the test, is not read: its value may change between the
-two tests, so nothing is concluded (an "exclusive" answer only ever removes findings; it is
+two tests, so nothing is concluded from it; inside ``and``/``or``/``not`` such a part is an
+atom of its own, free to take either value, so the rest of the test still counts (an "exclusive" answer only ever removes findings; it is
 given only where the file shows it).  In a loop a bare name read as a flag is not read
 either: the loop may change what it holds without binding it (``if buf: ... else:
 buf.append(x)``); an attribute (``args.fsdp``) and a comparison with a literal are.
@@ -96,17 +97,22 @@ def _formula(expr, guard: Guard, function, depth: int = 0):
             return _UNREAD
         return ("atom", name)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        inner = _formula(expr.expression, guard, function, depth + 1)
-        return _UNREAD if inner is _UNREAD else ("not", inner)
+        return ("not", _read(expr.expression, guard, function, depth + 1))
     if isinstance(expr, cst.BooleanOperation):
-        left = _formula(expr.left, guard, function, depth + 1)
-        right = _formula(expr.right, guard, function, depth + 1)
-        if left is _UNREAD or right is _UNREAD:
-            return _UNREAD
+        left = _read(expr.left, guard, function, depth + 1)
+        right = _read(expr.right, guard, function, depth + 1)
         return ("and" if isinstance(expr.operator, cst.And) else "or", (left, right))
     if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
         return _comparison(expr, guard, function)
     return _UNREAD
+
+
+def _read(expr, guard: Guard, function, depth: int = 0):
+    """``_formula``, where a part it does not read (``dist.get_rank() == 0``, a name bound
+    twice) is an atom of its own, free to be true or false: ``mode != "fsdp" and
+    dist.get_rank() == 0`` still contradicts ``mode == "fsdp"``."""
+    found = _formula(expr, guard, function, depth)
+    return ("atom", f"?{id(expr)}") if found is _UNREAD else found
 
 
 def _comparison(expr: cst.Comparison, guard: Guard, function):
