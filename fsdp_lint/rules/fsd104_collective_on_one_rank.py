@@ -158,9 +158,18 @@ move out of the rank test.
 - Rank tests are those `facts.ranks` recognises (listed above); a one-rank branch decided by
   anything else (a flag with another name whose value the file does not show, a test made in
   another file) is not seen, and the collective under it is not flagged.
-- `model.state_dict()` counts as a gather when the model is FSDP1-wrapped there; when its
-  origin cannot be followed, only when the same name holds an FSDP1 module in the file and
-  the value is not returned by a call the file cannot see into (`Origins.opaque`).
+- `model.state_dict()` and `model.load_state_dict(...)` count as a gather when the model is
+  FSDP1-wrapped there; when its origin cannot be followed, only inside a
+  `with FSDP.state_dict_type(model, ...)` block of that same module, or when the same name
+  holds an FSDP1 module in the file and the value is not returned by a call the file cannot
+  see into (`Origins.opaque`).
+- `model.module.state_dict()` of an FSDP1 root is taken for the root's gather, also when the
+  root has no nested FSDP units (then the inner module's state dict gathers nothing); a
+  conditional expression (`model.module if ddp else model`) is not tied to the `if` that
+  wraps.
+- Two branches count as exclusive only where their `if` tests are read (`facts.conditions`:
+  names bound once, comparisons with literals); a flag whose value the file does not show
+  keeps both branches possible.
 - `torch.distributed` collectives count only in a file that wraps a model with FSDP itself;
   accelerate's `save_model`/`save_state`/`load_state`/`get_state_dict` and transformers'
   `save_model` only where the file configures FSDP or the project's launch turns it on (an
