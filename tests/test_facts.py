@@ -135,8 +135,12 @@ def _site(facts, attr):
         ("def f(c):\n    if c:\n        a()\n    elif d:\n        b()\n", True),
         ("def f(c):\n    if c:\n        a()\n        return\n    b()\n", True),
         ("def f(c):\n    if c:\n        a()\n    b()\n", False),
-        ("def f(c):\n    for x in y:\n        if c:\n            a()\n        else:\n            b()\n", False),
-        ("def f(c):\n    for x in y:\n        if c:\n            a()\n            continue\n        b()\n", False),
+        # a loop repeats the if: both arms run when the test can change between iterations
+        ("def f(c):\n    for x in y:\n        if x:\n            a()\n        else:\n            b()\n", False),
+        ("def f(c):\n    for x in y:\n        if x:\n            a()\n            continue\n        b()\n", False),
+        # a flag the function only reads cannot change: one arm in every iteration
+        ("def f(c):\n    for x in y:\n        if c:\n            a()\n        else:\n            b()\n", True),
+        ("def f(c):\n    for x in y:\n        if c:\n            a()\n        else:\n            b()\n        g(c)\n", False),
         ("def f(c):\n    for x in y:\n        if c:\n            a()\n            return\n        b()\n", True),
     ],
 )

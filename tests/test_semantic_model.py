@@ -301,13 +301,22 @@ def test_tests_that_contradict_each_other_are_exclusive(body, first, then, exclu
 @pytest.mark.parametrize(
     "body, exclusive",
     [
-        # in a loop: an attribute flag and a comparison are read, a bare name is not
+        # in a loop: an attribute flag and a comparison are read, a bare name only when
+        # nothing in the function may change the object it holds
         ("    if args.fsdp:\n        wrap(net)\n    for batch in loader:\n        if not args.fsdp:\n"
          "            use(net)\n", True),
         ("    for batch in loader:\n        if args.dist == 'fsdp':\n            wrap(net)\n"
          "        elif args.dist == 'ddp':\n            pass\n        if args.dist == 'ddp':\n            use(net)\n", True),
         ("    pending = []\n    for batch in loader:\n        if pending:\n            wrap(net)\n"
          "        if not pending:\n            use(net)\n            pending.append(batch)\n", False),
+        # a flag the function only reads keeps its value through the loop; handed to a call,
+        # written into or augmented, it may not
+        ("    ready = load()\n    for batch in loader:\n        if ready:\n            wrap(net)\n        if not ready:\n"
+         "            use(net)\n", True),
+        ("    ready = load()\n    for batch in loader:\n        if ready:\n            wrap(net)\n        if not ready:\n"
+         "            use(net)\n        refresh(ready)\n", False),
+        ("    done = []\n    for batch in loader:\n        if done:\n            wrap(net)\n        if not done:\n"
+         "            use(net)\n        done += [batch]\n", False),
     ],
 )
 def test_tests_in_loops_read_attributes_and_comparisons_only(body, exclusive):

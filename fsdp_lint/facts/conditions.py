@@ -64,8 +64,8 @@ def _stable(guard: Guard, function, name: str) -> Optional[List]:
     own = index.of(function, name)
     heads = index.of(function, head) if head != name else []
     for binding in own + heads:
-        if binding.ctx.loops or binding.order >= guard.order:
-            return None
+        if binding.ctx.loops or binding.order >= guard.order or (binding.kind == "for" and guard.loop_depth):
+            return None  # a loop's target takes a new value in each iteration
     if len(own) > 1 or len(heads) > 1 or (own and heads):
         return None
     return own
@@ -91,9 +91,11 @@ def _formula(expr, guard: Guard, function, depth: int = 0):
                     own[0].value, (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)) and any(
                     isinstance(node, cst.Call) for node in descendants(own[0].value)):
                 return ("atom", "=" + name)  # computed once before the test: still one value
-        if guard.loop_depth and "." not in name:
-            # a loop may change what a name holds without binding it (``buf.append(x)``);
-            # an attribute read as a flag (``args.fsdp``) and a comparison are read
+        if guard.loop_depth and "." not in name and (guard.bindings is None or guard.bindings.changed_in_place(function, name)):
+            # a loop may change what a name holds without binding it (``buf.append(x)``):
+            # a name the function hands to a call or writes into is not read there; a
+            # flag it only reads (``if use_fsdp:``), an attribute (``args.fsdp``) and a
+            # comparison are
             return _UNREAD
         return ("atom", name)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
@@ -216,3 +218,19 @@ def conditions_contradict(a: Context, b: Context) -> bool:
             if all(_holds(f, truth, chosen) for f in formulas):
                 return False
     return True
+
+
+_TYPE_TESTS = frozenset({"isinstance", "hasattr", "type", "issubclass"})
+
+
+def tests_type_of(ctx: Context, name: str) -> bool:
+    """An ``if`` around ``ctx`` asks what kind of object ``name`` is (``isinstance(model,
+    FSDP)``, ``hasattr(model, "clip_grad_norm_")``, ``type(model) is ...``), on either branch
+    or as an early exit: which of the values reaching ``name`` runs there is decided by
+    the test, so a value of one kind is not known to reach the statement."""
+    for guard in ctx.guards:
+        for node in descendants(guard.node.test):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in _TYPE_TESTS \
+                    and node.args and dotted_name(node.args[0].value) == name:
+                return True
+    return False

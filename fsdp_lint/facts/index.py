@@ -93,7 +93,7 @@ class _Indexer:
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
         self.imports = facts.imports
-        self.binding_index = BindingIndex(facts.bindings)
+        self.binding_index = facts.binding_index = BindingIndex(facts)
         self.frames: List[_Frame] = [_Frame(None, None)]
         self.statements: List[cst.CSTNode] = [facts.module]
         self.with_items: Dict[int, WithBlock] = {}

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from fsdp_lint.facts.imports import ImportTable
-
-if TYPE_CHECKING:  # annotations only
-    import libcst as cst
+from fsdp_lint.lazy_libcst import cst
 
 
 @dataclass(eq=False)
@@ -20,27 +18,55 @@ class Loop:
 class BindingIndex:
     """The file's bindings by function and name, shared by every guard of the file (built on
     the first question, once the walk has recorded them all): what ``flow`` reads to see
-    that two tests share a condition (``is_fsdp = args.dist == "fsdp"``)."""
+    that two tests share a condition (``is_fsdp = args.dist == "fsdp"``); and, per
+    function, the bare names something may change without binding them (``buf`` in
+    ``buf.append(x)``, ``fill(buf)``, ``buf[i] = x``, ``buf += [x]``)."""
 
-    def __init__(self, bindings: List["Binding"]) -> None:
-        self._bindings = bindings
+    def __init__(self, facts: "ModuleFacts") -> None:
+        self._facts = facts
         self._by: Optional[Dict[Tuple[int, str], List["Binding"]]] = None
+        self._handed: Optional[Dict[int, Set[str]]] = None
         self.formulas: Dict[Tuple[int, int], object] = {}  # ``conditions``: each guard's test, read once
 
     def of(self, function, name: str) -> List["Binding"]:
         if self._by is None:
             by: Dict[Tuple[int, str], List[Binding]] = {}
-            for binding in self._bindings:
+            for binding in self._facts.bindings:
                 by.setdefault((id(binding.ctx.function), binding.target), []).append(binding)
             self._by = by
         return self._by.get((id(function), name), [])
 
+    def changed_in_place(self, function, name: str) -> bool:
+        """``function`` hands the object ``name`` holds to something that may change it: a
+        method call on it, a call taking it, a write into it."""
+        if self._handed is None:
+            handed: Dict[int, Set[str]] = {}
+            for site in self._facts.calls:
+                names = handed.setdefault(id(site.ctx.function), set())
+                func = site.node.func
+                if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+                    names.add(func.value.value)
+                names.update(a.value.value for a in site.node.args if isinstance(a.value, cst.Name))
+            for mutation in self._facts.mutations:
+                names = handed.setdefault(id(mutation.ctx.function), set())
+                for target in mutation.targets:
+                    while isinstance(target, (cst.Attribute, cst.Subscript)):
+                        target = target.value
+                    if isinstance(target, cst.Name):
+                        names.add(target.value)
+            for binding in self._facts.bindings:
+                if "." in binding.target or "[" in binding.target:
+                    handed.setdefault(id(binding.ctx.function), set()).add(binding.target.split(".", 1)[0].split("[", 1)[0])
+            self._handed = handed
+        return name in self._handed.get(id(function), ())
+
 
 @dataclass(eq=False)
 class Guard:
-    """An ``if`` between a statement and the enclosing loops of its function."""
+    """An ``if`` between a statement and the enclosing loops of its function (or, for the
+    values ``dataflow`` follows into one arm of ``a if test else b``, that expression)."""
 
-    node: cst.If
+    node: cst.If  # or cst.IfExp: both have ``test``
     loop_depth: int  # how many loops enclose the if itself
     with_depth: int  # how many with-blocks enclose the if itself
     periodic: bool  # the test uses ``%`` (``if step % every == 0``)
@@ -174,6 +200,7 @@ class ModuleFacts:
     # the project's other files as this file imports them (``fsdp_lint.project.ProjectView``):
     # ``helper(spec)`` answers a project function's summary (``facts.helper_summary``)
     project: Optional[object] = None
+    binding_index: Optional[BindingIndex] = None  # ``bindings`` by function and name (``conditions``)
     _cache: Dict[str, object] = field(default_factory=dict)
 
     def cached(self, key, compute):
