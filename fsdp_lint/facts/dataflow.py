@@ -15,13 +15,13 @@ variable) makes the answer incomplete: rules decide how much an incomplete answe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.model import Binding, Context, ModuleFacts
+from fsdp_lint.facts.model import Binding, Context, Guard, ModuleFacts
 from fsdp_lint.facts.scopes import (
     argument_for, calls_by_callee_name, function_info, lookup, methods_of, module_functions,
 )
@@ -176,21 +176,58 @@ def dict_entries(facts: ModuleFacts, value: cst.BaseExpression) -> Optional[dict
 
 def _item(facts: ModuleFacts, expr: cst.Subscript, ctx: Context, order: int, via, depth) -> Sources:
     """``cfg["key"]`` where ``cfg`` is a dict display or ``dict(...)`` (a constant, a variable,
-    an argument): the value stored under that key."""
+    an argument): the value stored under that key; with a key that is not a literal
+    (``STRATEGIES[args.strategy]``), any value of the dict."""
     index = expr.slice[0].slice if len(expr.slice) == 1 else None
-    key = literal_string(index.value) if isinstance(index, cst.Index) else None
-    if key is None:
+    if not isinstance(index, cst.Index):
         return Sources(complete=False)
+    return _lookup(facts, expr.value, literal_string(index.value), None, ctx, order, via, depth)
+
+
+def _lookup(facts: ModuleFacts, container, key: Optional[str], default, ctx: Context, order: int, via, depth) -> Sources:
+    """What ``container[key]`` (``default`` None) or ``container.get(key, default)`` may
+    be, ``container`` being dict displays: the entry under a literal key, else any entry;
+    for ``.get``, also the default (``None`` when not given) where the key may be missing."""
     result = Sources()
-    containers = sources(facts, expr.value, ctx, order, via, depth + 1)
+    containers = sources(facts, container, ctx, order, via, depth + 1)
     result.complete = containers.complete
+    missing = False
     for source in containers.found:
         entries = dict_entries(facts, source.expr)
-        if entries is None or key not in entries:
+        if entries is None or (key is not None and key not in entries and default is None):
             result.complete = False
             continue
-        result.add(sources(facts, entries[key], source.ctx, source.order, source.via, depth + 1))
+        if key is not None and key in entries:
+            chosen = [entries[key]]
+        else:
+            chosen = list(entries.values()) if key is None else []
+            missing = True
+        for value in chosen:
+            result.add(sources(facts, value, source.ctx, source.order, source.via, depth + 1))
+    if missing and default is not None:
+        result.add(sources(facts, default, ctx, order, via, depth + 1))
     return result
+
+
+def _dict_get(facts: ModuleFacts, call: cst.Call, ctx: Context, order: int, via, depth) -> Optional[Sources]:
+    """``d.get(key[, default])`` where every value ``d`` may be is a dict display; None
+    when ``d`` is something else (then the call is a value the file cannot see into)."""
+    container = call.func.value
+    found = sources(facts, container, ctx, order, via, depth + 1)
+    if not found.found or any(dict_entries(facts, s.expr) is None for s in found.found):
+        return None
+    key = literal_string(call.args[0].value)
+    default = call.args[1].value if len(call.args) == 2 else cst.Name("None")
+    return _lookup(facts, container, key, default, ctx, order, via, depth)
+
+
+def _in_arm(facts: ModuleFacts, expr: cst.IfExp, arm: str, ctx: Context, order: int) -> Context:
+    """``ctx`` with the conditional expression's test as one more guard: in ``model.module
+    if ddp else model``, the ``model`` of the ``else`` arm is not the one ``if ddp: model =
+    FSDP(model)`` bound (``flow.exclusive`` reads both tests)."""
+    guard = Guard(node=expr, loop_depth=len(ctx.loops), with_depth=len(ctx.withs), periodic=False,
+                  leaves_loop=False, branch=arm, order=order, bindings=facts.binding_index)
+    return replace(ctx, guards=ctx.guards + (guard,))
 
 
 def _literal(expr):
@@ -249,8 +286,8 @@ def sources(
         branch = _decided(facts, expr.test, ctx, order, via, depth)
         if branch is not None:  # ``x if role == "ref" else y`` with ``role`` known
             return sources(facts, expr.body if branch else expr.orelse, ctx, order, via, depth + 1, extra)
-        result = sources(facts, expr.body, ctx, order, via, depth + 1, extra)
-        result.add(sources(facts, expr.orelse, ctx, order, via, depth + 1, extra))
+        result = sources(facts, expr.body, _in_arm(facts, expr, "body", ctx, order), order, via, depth + 1, extra)
+        result.add(sources(facts, expr.orelse, _in_arm(facts, expr, "orelse", ctx, order), order, via, depth + 1, extra))
         return result
     if isinstance(expr, cst.Subscript):
         return _item(facts, expr, ctx, order, via, depth)
@@ -258,6 +295,11 @@ def sources(
         func = expr.func
         if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF and facts.qualname(func) is None:
             return sources(facts, func.value, ctx, order, via, depth + 1, extra)
+        if isinstance(func, cst.Attribute) and func.attr.value == "get" and facts.qualname(func) is None \
+                and 1 <= len(expr.args) <= 2 and not any(a.star or a.keyword for a in expr.args):
+            got = _dict_get(facts, expr, ctx, order, via, depth)
+            if got is not None:
+                return got
         infos = called_functions(facts, expr, ctx)
         if len(infos) == 1 and facts.qualname(func) is None:
             return _returns(facts, infos[0], expr, via, None, depth)

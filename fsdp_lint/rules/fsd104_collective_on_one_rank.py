@@ -164,9 +164,10 @@ move out of the rank test.
   holds an FSDP1 module in the file and the value is not returned by a call the file cannot
   see into (`Origins.opaque`).
 - `model.module.state_dict()` of an FSDP1 root is taken for the root's gather, also when the
-  root has no nested FSDP units (then the inner module's state dict gathers nothing); a
-  conditional expression (`model.module if ddp else model`) is not tied to the `if` that
-  wraps.
+  root has no nested FSDP units (then the inner module's state dict gathers nothing). A
+  conditional expression is tied to the `if` that wraps where both tests are read: in
+  `raw = model.module if ddp else model` after `if ddp: model = FSDP(model)`, the `else`
+  arm's `model` is the plain one.
 - Two branches count as exclusive only where their `if` tests are read (`facts.conditions`:
   names bound once, comparisons with literals); a flag whose value the file does not show
   keeps both branches possible.
