@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.conditions import tests_type_of
 from fsdp_lint.facts.fsdp_modules import origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments
@@ -24,11 +25,16 @@ class ClipGradNormOnShardedFsdp(Rule):
 Checks for `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` (any import alias; also a
 list, generator, `list(...)` or `filter(...)` of them, directly or through a name:
 `trainable = [p for p in m.parameters() if p.requires_grad]`) where `m` is wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy (the default
-`FULL_SHARD`, `SHARD_GRAD_OP`, `HYBRID_SHARD`). The module must be FSDP1-wrapped on every
-path to the call (a parameter of a function of this file: in every call of that function
-in this file, as in a `train(model, ...)` helper), with a strategy that is visible: written,
-or held in a variable, module constant or config function of this file. Not for FSDP2 (`fully_shard`), where the
-gradients are DTensors and `torch.nn.utils.clip_grad_norm_` is correct, nor for `NO_SHARD`.
+`FULL_SHARD`, `SHARD_GRAD_OP`, `HYBRID_SHARD`). The wrap must reach the call on some path
+(`if distributed: model = FSDP(model)`: the distributed run is the one that clips wrongly;
+for a parameter of a function of this file, through a call of that function in this file,
+as in a `train(model, ...)` helper), with a strategy that is visible: written, or held in
+a variable, module constant, config function or dict of this file (`STRATEGIES.get(name,
+ShardingStrategy.FULL_SHARD)`: any of its values); one of the strategies must shard. Not
+where a branch around the call tests what the module is (`isinstance(model, FSDP)`,
+`hasattr(model, "clip_grad_norm_")`), nor in a branch exclusive with the wrap's (`if not
+use_fsdp:`). Not for FSDP2 (`fully_shard`), where the gradients are DTensors and
+`torch.nn.utils.clip_grad_norm_` is correct, nor for `NO_SHARD`.
 
 ## Why is this bad?
 Each rank sees only its shard of the gradients, so each computes its local norm and clips
@@ -57,11 +63,14 @@ model.clip_grad_norm_(1.0)
 ```
 
 ## Known problems
-- The rule stays quiet unless the module is FSDP1-wrapped on every path to the call by a
-  construction of this file and every strategy is visible. A model it cannot follow (a
-  parameter of a function no call of this file passes a wrapped model to, an attribute set
-  elsewhere, a value returned by a call the file cannot see into), a strategy set outside the file (an accelerate config's
-  `fsdp_sharding_strategy`, `--fsdp`), or an unreadable `**cfg` is not flagged.
+- The rule stays quiet unless an FSDP1 construction of this file reaches the call and
+  every strategy it may have is visible. A model it cannot follow (a parameter of a
+  function no call of this file passes a wrapped model to, an attribute set elsewhere, a
+  value returned by a call the file cannot see into), a strategy set outside the file (an
+  accelerate config's `fsdp_sharding_strategy`, `--fsdp`, a helper of another module), or
+  an unreadable `**cfg` is not flagged.
+- A wrap on one path is enough: a program that clips wrongly whenever it runs sharded is
+  reported, even if its other configurations (one process, DDP, `NO_SHARD`) are right.
 - Parameters listed through a helper of another function are not followed; only a list,
   generator, `list(...)`/`filter(...)` or a name bound in the same function is.
 
@@ -96,11 +105,11 @@ A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of
             func = call.func
             owner = dotted_name(func.value)
             found = origins_with_callers(facts, func.value, site.ctx, site.order)
-            if not found.complete or found.plain or not found.fsdp1 or found.fsdp2:
-                continue  # only a module that is FSDP1-wrapped on every path
+            if not found.fsdp1 or (owner is not None and tests_type_of(site.ctx, owner)):
+                continue  # no FSDP1 wrap reaches the call, or a type test decides which one does
             strategies = [wrap_config(facts, o).sharding for o in found.fsdp1]
-            if any(s is UNKNOWN or "NO_SHARD" in s for s in strategies):
-                continue
+            if any(s is UNKNOWN for s in strategies) or not any(s - {"NO_SHARD"} for s in strategies):
+                continue  # a strategy the file does not show, or none of them shards
             wrap = found.fsdp1[0].wrap
             fix = None
             extra = set(bound) - {"parameters", "max_norm", "norm_type"}
