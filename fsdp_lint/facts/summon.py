@@ -243,3 +243,24 @@ def maybe_in_summon(facts: ModuleFacts, site: CallSite, model: Optional[str] = N
                 and id(other.ctx.withs[-1]) in blocks and any(_holds_summon(a.value, summon_ids) for a in other.node.args):
             return True
     return False
+
+
+def root_left_gathered(facts: ModuleFacts, site: CallSite, model: str) -> bool:
+    """An FSDP1 root forward ``model(...)`` may run before ``site`` in its function with no
+    ``.backward()`` between them: FSDP1 does not free the root's own parameters after the
+    root forward (``_post_forward_reshard`` in torch/distributed/fsdp/_runtime_utils.py
+    reshards only a non-root unit), so until the backward they are still gathered and a
+    ``model.module.generate(...)`` there runs (measured by FSD105's scenario).  Whether it
+    ran on every path is not known here: a doubt counts as gathered."""
+    function = site.ctx.function
+    forwards = [
+        s.order for s in facts.calls
+        if s.ctx.function is function and s.order < site.order and dotted_name(s.node.func) in (model, model + ".forward")
+    ]
+    if not forwards:
+        return False
+    last = max(forwards)
+    return not any(
+        s.ctx.function is function and s.attr == "backward" and s.order < site.order and s.done >= last
+        for s in facts.calls
+    )

@@ -7,7 +7,7 @@ from fsdp_lint.facts.forward_methods import ENTRY_POINTS
 from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.rebinding import rebound_between
-from fsdp_lint.facts.summon import maybe_in_summon
+from fsdp_lint.facts.summon import maybe_in_summon, root_left_gathered
 from fsdp_lint.facts.values import UNKNOWN
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -81,6 +81,10 @@ in their own forwards. FSDP2 (`fully_shard`) has no such block: register the met
   the default `FULL_SHARD`.
 - Any doubt about a summon counts as inside one (a `with` on a name, an `ExitStack`, a
   `@contextmanager` helper of the file, a caller that gathers): such a call is not flagged.
+- A root forward `m(...)` that may run earlier in the same function with no `.backward()`
+  after it (an evaluation loss loop before sampling) leaves the root's parameters gathered
+  (see above), so such a call is not flagged, even where that forward runs on some paths
+  only (its loop may be empty).
 
 ## Fix safety
 No automatic fix: the block gathers the root's parameters on every rank (memory), and
@@ -112,7 +116,7 @@ every rank has to enter it (a collective).
                 continue
             if wrap is not _ANNOTATED and rebound_between(facts, owner, wrap.site, site):
                 continue
-            if maybe_in_summon(facts, site, owner):
+            if maybe_in_summon(facts, site, owner) or root_left_gathered(facts, site, owner):
                 continue
             report(
                 site.node,
