@@ -19,7 +19,7 @@ from typing import Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins_with_callers, uses_fsdp
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, has_nested_units, origins_with_callers, uses_fsdp
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
@@ -174,7 +174,9 @@ def _inside_own_summon(facts: ModuleFacts, model, site: CallSite) -> bool:
 
 
 def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site: CallSite) -> bool:
-    """``model.state_dict()`` at ``site`` all-gathers: ``model`` is FSDP1-wrapped there (or,
+    """``model.state_dict()`` at ``site`` all-gathers: ``model`` is FSDP1-wrapped there, or
+    is the inner module (``root.module``) of an FSDP1 root given an ``auto_wrap_policy``
+    (its nested units gather; without them the inner module's state dict gathers nothing) (or,
     where its origin cannot be followed, the module of an enclosing ``FSDP.state_dict_type``
     block, or a name the file binds to an FSDP1 module; a value
     followed to a call the file cannot see into, ``model = config.instantiate(cfg)``, is not
@@ -182,6 +184,8 @@ def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site:
     found = origins_with_callers(facts, model, site.ctx, site.order)
     if found.fsdp1:
         return True
+    if found.inner:  # ``root.module``: its own FSDP units gather, the root's flat parameter does not
+        return any(has_nested_units(facts, o) for o in found.inner)
     if found.complete or found.wraps or found.plain:
         return False
     # unknown origin: the file's own word that it is FSDP1 (inside its own

@@ -48,9 +48,14 @@ class Source:
 class Sources:
     found: List[Source] = field(default_factory=list)
     complete: bool = True  # every path was followed to an expression
+    # attributes where a path stopped: nothing in the file binds them (``model.module``,
+    # ``trainer.model``); ``complete`` is False then.  What such an attribute means is the
+    # domain facts' question (``fsdp_modules.origins``: the inner module of a wrap)
+    unbound: List[Source] = field(default_factory=list)
 
     def add(self, other: "Sources") -> None:
         self.found.extend(other.found)
+        self.unbound.extend(other.unbound)
         self.complete = self.complete and other.complete
 
 
@@ -315,7 +320,8 @@ def sources(
     if not found.bindings:
         if isinstance(expr, cst.Name) and (expr.value in facts.functions or expr.value in facts.classes):
             return Sources([Source(expr, ctx, order, via)])  # a def or class of this file: itself
-        return Sources(complete=False)
+        unbound = [Source(expr, ctx, order, via)] if isinstance(expr, cst.Attribute) else []
+        return Sources(complete=False, unbound=unbound)
     result = Sources()
     for binding in found.bindings:
         if binding.value is expr:

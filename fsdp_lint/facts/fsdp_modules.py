@@ -71,6 +71,9 @@ class Origins:
     # ``build_model()``): the value is this file's to know, and it is unknown; the policy for
     # the unknown is that such a value has no configuration another model of the file has
     opaque: bool = False
+    # FSDP1 wraps whose inner module (``model.module``) some path leads to: that path still
+    # counts as not followed (``complete`` False), this says where it went
+    inner: List[Origin] = field(default_factory=list)
 
     @property
     def fsdp1(self) -> List[Origin]:
@@ -308,6 +311,10 @@ def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: 
         else:
             result.complete = False
             result.opaque = result.opaque or isinstance(source.expr, cst.Call)
+    for source in found.unbound:
+        if source.expr.attr.value in torch_api.FSDP1_INNER_MODULE and len(via) < 3:
+            outer = origins(facts, source.expr.value, source.ctx, source.order, source.via)
+            result.inner.extend(o for o in outer.fsdp1 if o not in result.inner)
     return result
 
 
@@ -321,13 +328,15 @@ def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression],
     callers = calls_of(facts, ctx.function)
     if not callers:
         return result
-    merged = Origins(list(result.wraps), complete=True, plain=result.plain, opaque=result.opaque)
+    merged = Origins(list(result.wraps), complete=True, plain=result.plain, opaque=result.opaque,
+                     inner=list(result.inner))
     for call in callers:
         through = origins(facts, expr, ctx, order, (call,))
         merged.wraps.extend(o for o in through.wraps if o not in merged.wraps)
         merged.plain = merged.plain or through.plain
         merged.opaque = merged.opaque or through.opaque
         merged.complete = merged.complete and through.complete
+        merged.inner.extend(o for o in through.inner if o not in merged.inner)
     return merged
 
 
@@ -564,6 +573,16 @@ def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
             if names is not None:
                 sharding = names or {"FULL_SHARD"}
     return WrapConfig(offload, offload_node, cpu_device, use_orig, sharding, cpu_device_always)
+
+
+def has_nested_units(facts: ModuleFacts, origin: Origin) -> bool:
+    """The FSDP1 construction is given an ``auto_wrap_policy`` (not ``None``): its inner
+    module holds FSDP units of its own, whose state-dict hooks and forwards are collectives
+    even when called through ``root.module``.  Unknown (``**cfg``, another file): False."""
+    policy = argument(facts, origin, "auto_wrap_policy")
+    if not policy.known or not policy.sources.complete:
+        return False
+    return any(not (isinstance(s.expr, cst.Name) and s.expr.value == "None") for s in policy.sources.found)
 
 
 __all__ = [

@@ -163,8 +163,11 @@ move out of the rank test.
   `with FSDP.state_dict_type(model, ...)` block of that same module, or when the same name
   holds an FSDP1 module in the file and the value is not returned by a call the file cannot
   see into (`Origins.opaque`).
-- `model.module.state_dict()` of an FSDP1 root is taken for the root's gather, also when the
-  root has no nested FSDP units (then the inner module's state dict gathers nothing). A
+- `model.module.state_dict()` (the inner module of an FSDP1 root, also through a name
+  bound to it) counts as a gather only when the root is given an `auto_wrap_policy`: its
+  nested FSDP units gather; without them the inner module's state dict gathers nothing (it
+  holds this rank's views, wrong but no hang). Nested units made another way (`wrap()`
+  under `enable_wrap`, FSDP modules built inside the model) are not seen. A
   conditional expression is tied to the `if` that wraps where both tests are read: in
   `raw = model.module if ddp else model` after `if ddp: model = FSDP(model)`, the `else`
   arm's `model` is the plain one.
