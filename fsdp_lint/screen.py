@@ -52,9 +52,7 @@ from fsdp_lint.facts.frameworks import ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN,
 from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
-from fsdp_lint.facts.forward_methods import ENTRY_POINTS
 from fsdp_lint.facts.dtensors import BUILTIN_LOCAL_READS, GATHERS, LOCAL_READS, NORM_FUNCTIONS, PASS_THROUGH, TOTAL_NORM
-from fsdp_lint.facts.dtypes import CAST_METHODS, TORCH_DTYPES
 from fsdp_lint.facts.fsdp_modules import names_a_model
 
 _WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD
@@ -909,38 +907,6 @@ def _fsd101(s: Summary) -> Iterator[ast.AST]:
                 yield call
 
 
-def _fsd102(s: Summary) -> Iterator[ast.AST]:
-    # ``clip_grad_norm_(m.parameters(), ...)`` with ``m`` from an FSDP1 wrap
-    if not s.fsdp1_wraps():
-        return
-    for frame in s.frames.values():
-        for call in frame.calls:
-            if s.qualnames(call.func).isdisjoint(torch_api.CLIP_GRAD_NORM):
-                continue
-            first = next((a for a in call.args if type(a) is not ast.Starred), None)
-            if first is None:
-                first = next((k.value for k in call.keywords if k.arg == "parameters"), None)
-            if (
-                type(first) is ast.Call
-                and type(first.func) is ast.Attribute
-                and first.func.attr == "parameters"
-                and _from_fsdp1(s, first.func.value, call)
-            ):
-                yield call
-            elif type(first) in (ast.Name, ast.ListComp, ast.GeneratorExp, ast.Call):
-                yield call  # a list or filter of some module's parameters (the facts follow it)
-
-
-def _fsd103(s: Summary) -> Iterator[ast.AST]:
-    # ``m.cuda()`` / ``m.to(...)`` with ``m`` from an FSDP1 wrap, in a file that offloads
-    if not s.fsdp1_wraps() or (s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) and not _project_offloads(s)):
-        return
-    for name in ("cuda", "to"):
-        for call in s.calls_by_name.get(name, ()):
-            if type(call.func) is ast.Attribute and _from_fsdp1(s, call.func.value, call):
-                yield call
-
-
 def _is_framework_constructor(s: Summary, node: ast.AST) -> bool:
     if type(node) is not ast.Call:
         return False
@@ -1048,36 +1014,6 @@ def _from_fsdp1(s: Summary, expr: ast.AST, call: ast.Call) -> bool:
     return s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([expr], s.call_frames[id(call)], entered=True)
 
 
-def _fsd105(s: Summary) -> Iterator[ast.AST]:
-    # ``m.generate(...)`` where ``m`` is FSDP1-wrapped in the function (or ``self.m`` anywhere),
-    # or annotated as FSDP
-    wraps = s.wraps()
-    fsdp1 = set().union(*(names for _, _, first, names in wraps if first))
-    if not s.fsdp1_wraps() and not s.fsdp1_annotated():
-        return
-    for key, frame in s.frames.items():
-        local = None
-        for call in frame.calls:
-            func = call.func
-            if type(func) is not ast.Attribute or func.attr not in ENTRY_POINTS:
-                continue
-            owner = _dotted(func.value)
-            if owner is None:
-                continue
-            for inner in torch_api.FSDP1_INNER_MODULE:
-                if owner.endswith("." + inner):
-                    owner = owner[: -len(inner) - 1]
-                    break
-            if "." in owner:
-                if owner in fsdp1:
-                    yield call
-                continue
-            if local is None:
-                local = set().union(*(names for k, _, _, names in wraps if k == key))
-            if owner in local or owner in s.fsdp1_annotated():
-                yield call
-
-
 def _fsd106(s: Summary) -> Iterator[ast.AST]:
     # a gradient norm of an FSDP2 model (``clip_grad_norm_``/``get_total_norm``, a norm of
     # ``p.grad``: ``torch.norm(p.grad)``, ``p.grad.norm()``), and the reads of it
@@ -1122,41 +1058,6 @@ def _fsd106(s: Summary) -> Iterator[ast.AST]:
                 yield call
 
 
-def _casts(s: Summary, call: ast.Call) -> bool:
-    """``_casts_dtype``: ``.to(dtype)``; ``.half()`` and the like without arguments."""
-    func = call.func
-    if func.attr != "to":
-        return not call.args and not call.keywords
-    return any(k.arg == "dtype" for k in call.keywords) or any(
-        type(a) is not ast.Starred and not s.qualnames(a).isdisjoint(TORCH_DTYPES) for a in call.args
-    )
-
-
-def _fsd107(s: Summary) -> Iterator[ast.AST]:
-    # a cast of a name an FSDP wrap binds (FSDP2: or takes), in the wrap's function (an
-    # attribute: anywhere)
-    wraps = s.wraps()
-    if not wraps:
-        return
-    anywhere = set().union(*(names for _, _, _, names in wraps))
-    for key, frame in s.frames.items():
-        local = None
-        for call in frame.calls:
-            func = call.func
-            if type(func) is not ast.Attribute or (func.attr not in CAST_METHODS and func.attr != "to"):
-                continue
-            receiver = _dotted(func.value)
-            if receiver is None or receiver not in anywhere or not _casts(s, call):
-                continue
-            if "." in receiver:
-                yield call
-                continue
-            if local is None:
-                local = set().union(*(names for k, _, _, names in wraps if k == key))
-            if receiver in local:
-                yield call
-
-
 def _fsd108(s: Summary) -> Iterator[ast.AST]:
     # a save in a function that sets up FSDP or the process group, in a file using FSDP
     wraps = s.wraps()
@@ -1187,12 +1088,8 @@ _SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
     "FSD003": _fsd003,
     "FSD010": _fsd010,
     "FSD101": _fsd101,
-    "FSD102": _fsd102,
-    "FSD103": _fsd103,
     "FSD104": _fsd104,
-    "FSD105": _fsd105,
     "FSD106": _fsd106,
-    "FSD107": _fsd107,
     "FSD108": _fsd108,
 }
 
@@ -1201,6 +1098,8 @@ _SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
 _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
     "fsdp2_wrap": lambda s: s.fsdp2_wraps(),
     "fsdp_wrap": lambda s: bool(s.wraps()),
+    "fsdp1_model": lambda s: bool(s.fsdp1_wraps() or s.fsdp1_annotated()),
+    "cpu_offload_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _project_offloads(s),
 }
 
 # declared call names whose calls the summary can narrow to those that may be torch's, for

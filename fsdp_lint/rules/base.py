@@ -119,7 +119,9 @@ class Rule:
     # derives the rule's condition from it by one mechanism (``screen.declared``) when the
     # rule has no older hand-written one.  ``gate_facts``: facts of the file that every
     # finding needs ("fsdp2_wrap": a ``fully_shard`` the file shows, directly or through a
-    # helper of the file or the project; "fsdp_wrap": an FSDP1 or FSDP2 wrap);
+    # helper of the file or the project; "fsdp_wrap": an FSDP1 or FSDP2 wrap; "fsdp1_model":
+    # an FSDP1 wrap, or a name annotated ``FullyShardedDataParallel``; "cpu_offload_named":
+    # the code names ``CPUOffload``/``CPUOffloadPolicy`` or calls a project helper that offloads);
     # ``gate_calls``: names of functions or methods one of whose calls every finding needs;
     # ``gate_torch_only``: those calls must be torch's own (as far as the gate can tell:
     # ``summon_full_params`` on an FSDP1 name), not a same-named method of another library;

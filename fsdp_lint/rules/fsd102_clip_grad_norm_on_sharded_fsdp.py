@@ -20,6 +20,9 @@ class ClipGradNormOnShardedFsdp(Rule):
     summary = "`torch.nn.utils.clip_grad_norm_` on a sharded FSDP1 module's parameters: each rank clips by its local norm"
     fix_availability = FIX_SOMETIMES
     markers = (("clip_grad_norm_",), ("FullyShardedDataParallel",))
+    gate_facts = ("fsdp1_model",)
+    gate_calls = frozenset({"clip_grad_norm_"})
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` (any import alias; also a

@@ -14,6 +14,9 @@ class MoveAfterCpuOffloadWrap(Rule):
     summary = "`.cuda()` / `.to(device)` on a module after wrapping it with CPU parameter offload"
     fix_availability = FIX_NEVER
     markers = (("CPUOffload",), (".cuda(", ".to("))
+    gate_facts = ("fsdp1_model", "cpu_offload_named")
+    gate_calls = frozenset({"cuda", "to"})
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for `.cuda()` or `.to(...)` (other than to the CPU or to a dtype) on a module that at

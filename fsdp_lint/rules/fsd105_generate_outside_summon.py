@@ -20,6 +20,9 @@ class GenerateOutsideSummon(Rule):
     summary = "`model.generate(...)` (a non-forward entry point) on an FSDP1 model outside `summon_full_params`: sharded weights"
     fix_availability = FIX_NEVER
     markers = (tuple(sorted(ENTRY_POINTS)), ("FullyShardedDataParallel",))
+    gate_facts = ("fsdp1_model",)
+    gate_calls = ENTRY_POINTS
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for `m.generate(...)` and the other entry points that run a model's forward from
