@@ -733,41 +733,6 @@ def _rank_word(node: ast.AST) -> bool:
 
 
 # -- the screens, one per rule -----------------------------------------------------------------
-def _cpu_string(node: ast.AST) -> bool:
-    value = node.value if type(node) is ast.Constant else None
-    return type(value) is str and (value == "cpu" or value.startswith("cpu:"))
-
-
-def _cpu_device(s: Summary) -> bool:
-    """FSDP placed on the CPU device (``offload.CPU_DEVICE``): a wrap whose ``device_id``
-    (written, in a ``**cfg`` dict, in the ``functools.partial`` it calls, or a wrapper's
-    ``**kwargs``) may come from a "cpu" literal (``torch.device("cpu")``)."""
-    found = s._cache.get("cpu_device")
-    if found is None:
-        found = False
-        flow = s.flow("cpu", _cpu_string)
-        for _, call, _, _ in s.wraps():
-            calls = [call]
-            dotted = _dotted(call.func)
-            calls.extend(s.call_values.get(dotted, ()) if dotted is not None else ())
-            for c in calls:
-                exprs = [k.value for k in c.keywords if k.arg in ("device_id", None)]
-                # ``offload``: the construction as written and as each caller of its function builds it
-                if exprs and flow.may_reach(exprs, s.call_frames[id(c)], entered=True):
-                    found = True
-                    break
-            if found:
-                break
-        s._cache["cpu_device"] = found
-    return found
-
-
-def _offload(s: Summary) -> bool:
-    """Parameters on the CPU somewhere (``offload.cpu_param_evidence``), or a project
-    helper's FSDP1 wrap that offloads (``Helper.wrap_offload``)."""
-    return not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_device(s) or _project_offloads(s)
-
-
 def _project_offloads(s: Summary) -> bool:
     return any("offloads" in kinds for kinds in s.project.values())
 
@@ -798,11 +763,6 @@ def _summons(s: Summary) -> List[ast.Call]:
     return found
 
 
-def _passed(s: Summary, call: ast.Call, name: str) -> bool:
-    """``summon.value(name)`` may be given at this summon (``_passes``)."""
-    return _passes(s, call, name, torch_api.SUMMON_PARAMS.index(name))
-
-
 def _passes(s: Summary, call: ast.Call, name: str, index: int) -> bool:
     """The argument ``name`` may be given at this call: by keyword, by position (``index``
     among the positional arguments as written: ``summon_full_params(m, True, False,
@@ -812,32 +772,6 @@ def _passes(s: Summary, call: ast.Call, name: str, index: int) -> bool:
     if sum(1 for a in call.args if type(a) is not ast.Starred) > index:
         return True
     return any(k.arg is None for k in call.keywords) and (name in s.keywords or name in s.strings)
-
-
-def _fsd001(s: Summary) -> Iterator[ast.AST]:
-    if _offload(s):
-        yield from _summons(s)
-
-
-def _fsd003(s: Summary) -> Iterator[ast.AST]:
-    # parameters on the CPU device, and a summon or a full state dict offloaded to the CPU
-    if not _cpu_device(s):
-        return
-    yield from _summons(s)
-    configs = torch_api.FULL_STATE_DICT_CONFIG | torch_api.STATE_DICT_OPTIONS
-    for frame in s.frames.values():
-        yield from (c for c in frame.calls if not s.callee(c).isdisjoint(configs))
-
-
-def _fsd010(s: Summary) -> Iterator[ast.AST]:
-    # a summon offloading to the CPU; the state-dict path: ``FSDP.state_dict_type`` with a
-    # ``FullStateDictConfig`` in the file (whatever the target torch version)
-    if "NO_SHARD" not in s.names:
-        return
-    yield from (c for c in _summons(s) if _passed(s, c, "offload_to_cpu"))
-    if any(not s.callee(c).isdisjoint(torch_api.FULL_STATE_DICT_CONFIG) for f in s.frames.values() for c in f.calls):
-        for frame in s.frames.values():
-            yield from (c for c in frame.calls if not s.callee(c).isdisjoint(torch_api.STATE_DICT_TYPE_METHODS))
 
 
 def _optimizer_class(s: Summary, node: ast.AST) -> bool:
@@ -1084,9 +1018,6 @@ def _fsd108(s: Summary) -> Iterator[ast.AST]:
 
 
 _SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
-    "FSD001": _fsd001,
-    "FSD003": _fsd003,
-    "FSD010": _fsd010,
     "FSD101": _fsd101,
     "FSD104": _fsd104,
     "FSD106": _fsd106,
@@ -1100,7 +1031,16 @@ _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
     "fsdp_wrap": lambda s: bool(s.wraps()),
     "fsdp1_model": lambda s: bool(s.fsdp1_wraps() or s.fsdp1_annotated()),
     "cpu_offload_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _project_offloads(s),
+    "cpu_string": lambda s: _cpu_string(s),
+    "params_on_cpu_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_string(s)
+    or _project_offloads(s),
 }
+
+
+def _cpu_string(s: Summary) -> bool:
+    """A ``"cpu"`` / ``"cpu:N"`` string in the code: what FSDP on the CPU device needs
+    (``offload.CPU_DEVICE``: a ``device_id`` that may come from such a literal)."""
+    return any(v == "cpu" or v.startswith("cpu:") for v in s.strings)
 
 # declared call names whose calls the summary can narrow to those that may be torch's, for
 # a rule with ``gate_torch_only`` (else: every call of the name written, or of a qualified

@@ -7,6 +7,7 @@ from fsdp_lint.facts.offload import CPU_DEVICE
 from fsdp_lint.facts.read_only_blocks import describe_possible_edit
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.fixes import set_arguments
+from fsdp_lint.facts import torch_api
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 
 
@@ -20,6 +21,10 @@ class SummonWritebackWithCpuOffload(Rule):
     fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params",), ("CPUOffload", "cpu"))
     hazard_fixed_in = "2.14.1"
+    gate_facts = ("params_on_cpu_named",)
+    gate_calls = frozenset({torch_api.SUMMON})
+    gate_torch_only = True
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for `FullyShardedDataParallel.summon_full_params(...)` calls (class or instance

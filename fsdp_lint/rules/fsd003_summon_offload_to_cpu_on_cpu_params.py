@@ -18,6 +18,9 @@ class SummonOffloadToCpuOnCpuParams(Rule):
     fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params", "FullStateDictConfig", "StateDictOptions"), ("cpu",))
     hazard_fixed_in = "2.14.1"
+    gate_facts = ("fsdp_wrap", "cpu_string")  # FSDP on the CPU device: a wrap given a "cpu" device_id
+    gate_calls = frozenset({torch_api.SUMMON, "FullStateDictConfig", "StateDictOptions"})
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for `offload_to_cpu=True` in a torch FSDP `summon_full_params(...)` call in a module

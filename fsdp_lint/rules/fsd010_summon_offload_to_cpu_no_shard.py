@@ -7,6 +7,7 @@ from fsdp_lint.facts.fsdp_modules import wrap_config
 from fsdp_lint.facts.state_dicts import full_config_offloads, state_dict_settings
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.fixes import drop_argument
+from fsdp_lint.facts import torch_api
 from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 
 
@@ -17,6 +18,9 @@ class SummonOffloadToCpuNoShard(Rule):
     fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params", "state_dict_type", "set_state_dict_type"), ("NO_SHARD",), ("offload_to_cpu", "FullStateDictConfig"))
     paths_fixed_in = {"state-dict": "2.1"}
+    gate_names = frozenset({"NO_SHARD"})
+    gate_calls = frozenset({torch_api.SUMMON, "state_dict_type", "set_state_dict_type"})
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` on a module wrapped in
