@@ -52,7 +52,7 @@ from fsdp_lint.facts.frameworks import ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN,
 from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
-from fsdp_lint.facts.dtensors import BUILTIN_LOCAL_READS, GATHERS, LOCAL_READS, NORM_FUNCTIONS, PASS_THROUGH, TOTAL_NORM
+from fsdp_lint.facts.dtensors import GATHERS
 from fsdp_lint.facts.fsdp_modules import names_a_model
 
 _WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD
@@ -948,50 +948,6 @@ def _from_fsdp1(s: Summary, expr: ast.AST, call: ast.Call) -> bool:
     return s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([expr], s.call_frames[id(call)], entered=True)
 
 
-def _fsd106(s: Summary) -> Iterator[ast.AST]:
-    # a gradient norm of an FSDP2 model (``clip_grad_norm_``/``get_total_norm``, a norm of
-    # ``p.grad``: ``torch.norm(p.grad)``, ``p.grad.norm()``), and the reads of it
-    # (``.item()``, ``float(...)``): of the call itself or of a name bound to it
-    if not s.fsdp2_wraps():
-        return
-    norms = []
-    for frame in s.frames.values():
-        for call in frame.calls:
-            names = s.callee(call)
-            func = call.func
-            if not names.isdisjoint(TOTAL_NORM):
-                norms.append(call)
-                continue
-            if not names.isdisjoint(NORM_FUNCTIONS):
-                target = call.args[0] if call.args else None
-            elif type(func) is ast.Attribute and func.attr == "norm":
-                target = func.value
-            else:
-                continue
-            if type(target) is ast.Attribute and target.attr == "grad":
-                norms.append(call)
-    if not norms:
-        return
-    yield from norms
-    ids = {id(c) for c in norms}
-    named = set().union(*(s.assigned_to.get(i, ()) for i in ids))
-    for frame in s.frames.values():
-        for call in frame.calls:
-            func = call.func
-            if type(func) is ast.Attribute and func.attr in LOCAL_READS:
-                inner = func.value
-            elif type(func) is ast.Name and func.id in BUILTIN_LOCAL_READS and len(call.args) == 1:
-                inner = call.args[0]
-            else:
-                continue
-            while type(inner) is ast.Call and type(inner.func) is ast.Attribute and id(inner) not in ids and (
-                inner.func.attr in PASS_THROUGH | GATHERS
-            ):
-                inner = inner.func.value
-            if id(inner) in ids or _dotted(inner) in named:
-                yield call
-
-
 def _fsd108(s: Summary) -> Iterator[ast.AST]:
     # a save in a function that sets up FSDP or the process group, in a file using FSDP
     wraps = s.wraps()
@@ -1020,7 +976,6 @@ def _fsd108(s: Summary) -> Iterator[ast.AST]:
 _SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
     "FSD101": _fsd101,
     "FSD104": _fsd104,
-    "FSD106": _fsd106,
     "FSD108": _fsd108,
 }
 

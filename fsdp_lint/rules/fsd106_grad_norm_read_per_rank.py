@@ -36,6 +36,10 @@ class GradNormReadPerRank(Rule):
         ("fully_shard",),
         (".item(", "float(", ".tolist(", ".to_local(", ".numpy(", "int("),
     )
+    # a read of a norm of an FSDP2 module's gradients; the norm it reads may be bound far
+    # from it, so the read alone does not seed a slice (no ``gate_sites``)
+    gate_facts = ("fsdp2_wrap",)
+    gate_calls = LOCAL_READS | BUILTIN_LOCAL_READS
     doc = """\
 ## What it does
 Checks for a gradient norm computed from the DTensor gradients of a model sharded with
