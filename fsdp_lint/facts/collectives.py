@@ -121,6 +121,13 @@ def _rank_side(facts: ModuleFacts, site: CallSite):
     return None
 
 
+def on_other_ranks_side(facts: ModuleFacts, site: CallSite) -> bool:
+    """``site`` runs on the side of a rank test that excludes the one rank (the ``else`` of
+    ``if rank == 0:``, the body of ``if rank != 0:``)."""
+    side = _rank_side(facts, site)
+    return side is not None and side[1] == "others"
+
+
 def balanced(facts: ModuleFacts, site: CallSite, qualname: str) -> bool:
     """The other ranks call the same collective on their own path, decided per pair: the
     call in the ``else`` of the same rank test (``if rank == 0: ...; dist.barrier()``

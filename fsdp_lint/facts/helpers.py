@@ -25,7 +25,8 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.collectives import (
-    DIST_COLLECTIVES, FRAMEWORK_GATHERS, GATHER_ADVICE, gathers_full_state_dict, not_sharded_here, on_subgroup,
+    DIST_COLLECTIVES, FRAMEWORK_GATHERS, GATHER_ADVICE, gathers_full_state_dict, not_sharded_here, on_other_ranks_side,
+    on_subgroup,
     torch_collective,
 )
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_module
@@ -429,9 +430,11 @@ def applies(facts: ModuleFacts, helper: Helper, site: CallSite) -> bool:
 
 def collective_helper(facts: ModuleFacts, site: CallSite) -> Optional[Helper]:
     """The helper ``site`` calls when it runs a collective on every call for what is passed.
-    A ``torch.distributed`` collective that the calling function also calls itself (the
-    other ranks' side of the download idiom: ``if rank == 0: prepare()`` where ``prepare``
-    ends in a barrier, ``else: dist.barrier()``) may be balanced: left alone."""
+    A ``torch.distributed`` collective that the calling function also calls on the other
+    ranks' side of a rank test (the download idiom: ``if rank == 0: prepare()`` where
+    ``prepare`` ends in a barrier, ``else: dist.barrier()``) may be balanced: left alone.
+    The same collective called by every rank elsewhere in the function (an all-reduce of the
+    training loss before ``if rank == 0: validate(...)``) balances nothing."""
     helper = helper_at(facts, site)
     method = _self_method(site.node.func, site.ctx.class_def) if site.ctx.function is not None else None
     if helper is None and method is not None:
@@ -440,6 +443,7 @@ def collective_helper(facts: ModuleFacts, site: CallSite) -> Optional[Helper]:
         return None
     if helper.balanced_by and any(
         other.ctx.function is site.ctx.function and facts.qualname(other.node.func) == helper.balanced_by
+        and on_other_ranks_side(facts, other)
         for other in facts.calls
     ):
         return None
