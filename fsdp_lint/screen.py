@@ -53,6 +53,7 @@ from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
 from fsdp_lint.facts.dtensors import GATHERS
+from fsdp_lint.facts.dtypes import CAST_METHODS, TORCH_DTYPES
 from fsdp_lint.facts.fsdp_modules import names_a_model
 
 _WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD
@@ -948,6 +949,43 @@ def _from_fsdp1(s: Summary, expr: ast.AST, call: ast.Call) -> bool:
     return s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([expr], s.call_frames[id(call)], entered=True)
 
 
+def _casts(s: Summary, call: ast.Call) -> bool:
+    """``_casts_dtype``: ``.to(dtype)``; ``.half()`` and the like without arguments."""
+    func = call.func
+    if func.attr != "to":
+        return not call.args and not call.keywords
+    return any(k.arg == "dtype" for k in call.keywords) or any(
+        type(a) is not ast.Starred and not s.qualnames(a).isdisjoint(TORCH_DTYPES) for a in call.args
+    )
+
+
+
+def _fsd107(s: Summary) -> Iterator[ast.AST]:
+    # a cast of a name an FSDP wrap binds (FSDP2: or takes), in the wrap's function (an
+    # attribute: anywhere)
+    wraps = s.wraps()
+    if not wraps:
+        return
+    anywhere = set().union(*(names for _, _, _, names in wraps))
+    for key, frame in s.frames.items():
+        local = None
+        for call in frame.calls:
+            func = call.func
+            if type(func) is not ast.Attribute or (func.attr not in CAST_METHODS and func.attr != "to"):
+                continue
+            receiver = _dotted(func.value)
+            if receiver is None or receiver not in anywhere or not _casts(s, call):
+                continue
+            if "." in receiver:
+                yield call
+                continue
+            if local is None:
+                local = set().union(*(names for k, _, _, names in wraps if k == key))
+            if receiver in local:
+                yield call
+
+
+
 def _fsd108(s: Summary) -> Iterator[ast.AST]:
     # a save in a function that sets up FSDP or the process group, in a file using FSDP
     wraps = s.wraps()
@@ -976,6 +1014,7 @@ def _fsd108(s: Summary) -> Iterator[ast.AST]:
 _SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
     "FSD101": _fsd101,
     "FSD104": _fsd104,
+    "FSD107": _fsd107,
     "FSD108": _fsd108,
 }
 
