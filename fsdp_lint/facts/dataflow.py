@@ -186,15 +186,17 @@ def _item(facts: ModuleFacts, expr: cst.Subscript, ctx: Context, order: int, via
     index = expr.slice[0].slice if len(expr.slice) == 1 else None
     if not isinstance(index, cst.Index):
         return Sources(complete=False)
-    return _lookup(facts, expr.value, literal_string(index.value), None, ctx, order, via, depth)
+    containers = sources(facts, expr.value, ctx, order, via, depth + 1)
+    return _lookup(facts, containers, literal_string(index.value), None, ctx, order, via, depth)
 
 
-def _lookup(facts: ModuleFacts, container, key: Optional[str], default, ctx: Context, order: int, via, depth) -> Sources:
+def _lookup(facts: ModuleFacts, containers: Sources, key: Optional[str], default, ctx: Context, order: int, via,
+            depth) -> Sources:
     """What ``container[key]`` (``default`` None) or ``container.get(key, default)`` may
-    be, ``container`` being dict displays: the entry under a literal key, else any entry;
-    for ``.get``, also the default (``None`` when not given) where the key may be missing."""
+    be, ``containers`` being what the container may be (dict displays): the entry under a
+    literal key, else any entry; for ``.get``, also the default (``None`` when not given)
+    where the key may be missing."""
     result = Sources()
-    containers = sources(facts, container, ctx, order, via, depth + 1)
     result.complete = containers.complete
     missing = False
     for source in containers.found:
@@ -217,13 +219,12 @@ def _lookup(facts: ModuleFacts, container, key: Optional[str], default, ctx: Con
 def _dict_get(facts: ModuleFacts, call: cst.Call, ctx: Context, order: int, via, depth) -> Optional[Sources]:
     """``d.get(key[, default])`` where every value ``d`` may be is a dict display; None
     when ``d`` is something else (then the call is a value the file cannot see into)."""
-    container = call.func.value
-    found = sources(facts, container, ctx, order, via, depth + 1)
+    found = sources(facts, call.func.value, ctx, order, via, depth + 1)
     if not found.found or any(dict_entries(facts, s.expr) is None for s in found.found):
         return None
     key = literal_string(call.args[0].value)
     default = call.args[1].value if len(call.args) == 2 else cst.Name("None")
-    return _lookup(facts, container, key, default, ctx, order, via, depth)
+    return _lookup(facts, found, key, default, ctx, order, via, depth)
 
 
 def _in_arm(facts: ModuleFacts, expr: cst.IfExp, arm: str, ctx: Context, order: int) -> Context:
