@@ -41,6 +41,7 @@ walk).
 from __future__ import annotations
 
 import ast
+import builtins
 import types
 import warnings
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
@@ -534,6 +535,8 @@ class Summary:
                     if last in (torch_api.SUMMON, "state_dict", "load_state_dict") or last in every or not names.isdisjoint(
                             _GATHERS | _OPTIM_STATE | _DIST) or (last in GATHERS and self.fsdp2_wraps()):
                         kinds.add("collective")
+                    if _may_forward(self, call):
+                        kinds.add("collective")
                     if not names.isdisjoint(_SAVES):
                         kinds.add("saves")
                     if type(call.func) is ast.Name:
@@ -909,6 +912,8 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
             return True
         if "collective" in s.helper_kinds(call):  # ``facts.helpers.collective_helper``
             return True
+        if _may_forward(s, call):  # ``collectives.forward_gathers``
+            return True
         names = s.callee(call)
         return bool(
             not names.isdisjoint(_GATHERS)
@@ -922,6 +927,22 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
             guards = s.guards.get(id(call))
             if (guards or frame.one_rank) and collective(call) and (frame.one_rank or ranks.may_reach(guards, key)):
                 yield call
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _may_forward(s: Summary, call: ast.Call) -> bool:
+    """``collectives.forward_gathers``, read wide: in a file that wraps a model with FSDP,
+    the call of any name or attribute that no import binds and that is not a builtin (the
+    module it calls may come to it by any path the value flow follows)."""
+    func = call.func
+    if type(func) is ast.Name:
+        if func.id in _BUILTINS and func.id not in s.call_values:
+            return False
+    elif type(func) is not ast.Attribute:
+        return False
+    return bool(s.wraps()) and not s.qualnames(func)
 
 
 def _on_subgroup(call: ast.Call, names: Set[str]) -> bool:

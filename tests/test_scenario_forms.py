@@ -20,9 +20,9 @@ SCENARIOS = ROOT / "fsdp_lint" / "scenarios"
 FORMS = {
     "FSD010": ("", "state-dict"),  # plain torch, another call path (below torch 2.1)
     "FSD101": ("", "accelerate", "fabric-fsdp2"),
-    "FSD104": ("", "load", "accelerate", "fabric", "fabric-fsdp2"),
+    "FSD104": ("", "load", "forward", "forward-fsdp2", "accelerate", "fabric", "fabric-fsdp2"),
 }
-TORCH_FORMS = {"state-dict", "load"}  # forms through torch's own API: no framework to pin
+TORCH_FORMS = {"state-dict", "load", "forward", "forward-fsdp2"}  # forms through torch's own API: no framework to pin
 # distribution -> the module a program imports for it
 IMPORTED_AS = {"accelerate": "accelerate", "lightning": "lightning"}
 

@@ -4,6 +4,8 @@
   all-gathers) and its ``load_state_dict(...)`` (the full and sharded pre-load hooks unshard
   the parameters, ``_enter_unshard_params_ctx``); ``FSDP.optim_state_dict`` / ``full_optim_state_dict``;
   ``torch.distributed.checkpoint.state_dict.get_*state_dict`` on a sharded model.
+- the forward of an FSDP module sharded into nested units that reshard after forward,
+  ``model(x)`` (``forward_gathers``).
 - ``torch.distributed`` collectives and barriers, in a file that uses torch FSDP (a
   DDP-only script's collectives are out of this linter's scope).
 - framework calls (``facts.frameworks``).
@@ -19,7 +21,10 @@ from typing import Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, has_nested_units, origins_with_callers, uses_fsdp
+from fsdp_lint.facts.fsdp_modules import (
+    UNKNOWN, Origin, fsdp_modules, has_nested_units, origins_with_callers, reshards_after_forward, uses_fsdp,
+    wrap_config,
+)
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
@@ -202,6 +207,56 @@ def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site:
         not found.opaque and dotted_name(model) in fsdp_modules(facts).fsdp1)
 
 
+FORWARD_ADVICE = ("run the forward on every rank (each on its own batch) and keep only what uses its "
+                  "result (logging, saving) under the rank test")
+
+
+# FSDP1 strategies whose non-root units free their parameters after the forward
+# (``RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES``, fsdp/_runtime_utils.py)
+RESHARD_AFTER_FORWARD = frozenset({"FULL_SHARD", "HYBRID_SHARD"})
+
+
+def _fsdp2_nested(facts: ModuleFacts, root) -> bool:
+    """Another ``fully_shard`` of the file (a layer's, or one in a loop over layers) whose
+    units free their parameters after the forward (``reshard_after_forward`` left out or
+    True)."""
+    for wrap in fsdp_modules(facts).fsdp2_wraps:
+        if wrap is root.wrap and not wrap.site.ctx.loops:
+            continue
+        if reshards_after_forward(facts, Origin(wrap)) in (None, True):
+            return True
+    return False
+
+
+def forward_gathers(facts: ModuleFacts, module: cst.BaseExpression, site: CallSite) -> bool:
+    """Calling ``module`` at ``site`` (its forward through ``__call__``) runs all-gathers
+    that a forward on the other ranks does not match: the module is sharded into nested
+    units that free their parameters after each forward, so a forward that no backward
+    follows (an evaluation on one rank) all-gathers them again in the next forward.  On some
+    path it is an FSDP1 root given an ``auto_wrap_policy`` with ``FULL_SHARD`` (the default)
+    or ``HYBRID_SHARD`` among its possible strategies, or its inner module
+    (``root.module``); or a module sharded with FSDP2 ``fully_shard`` in a file that also
+    shards its layers with the default ``reshard_after_forward``.  A single FSDP unit does
+    not count: the root keeps its parameters gathered after a forward, and the one rank's
+    extra all-gather pairs with the other ranks' next one (``SHARD_GRAD_OP`` likewise keeps
+    them until a backward); measured on CPU/gloo, torch 2.13.0 (``verify FSD104 --form
+    forward``).  Not inside a ``summon_full_params`` of that module entered by every rank.
+    A value the file cannot follow, or a strategy it cannot read, is no such module
+    (precision first)."""
+    if dotted_name(module) is None or not uses_fsdp(facts):
+        return False
+    if _inside_own_summon(facts, module, site):
+        return False
+    found = origins_with_callers(facts, module, site.ctx, site.order)
+    if any(_fsdp2_nested(facts, o) for o in found.fsdp2):
+        return True
+    for origin in found.fsdp1 + found.inner:
+        sharding = wrap_config(facts, origin).sharding
+        if sharding is not UNKNOWN and sharding & RESHARD_AFTER_FORWARD and has_nested_units(facts, origin):
+            return True
+    return False
+
+
 def not_sharded_here(facts: ModuleFacts, model, site: CallSite) -> bool:
     """``model`` is proven not sharded at ``site`` (sharded later in the function, or every
     origin followed and none a wrap)."""
@@ -244,6 +299,9 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
     ):
         return Collective(f"`{site.attr}` of a DTensor (a collective over its mesh)",
                           advice="compute it on every rank before the rank test, then read the result under it")
+    if not qualname and isinstance(func, (cst.Name, cst.Attribute)) and forward_gathers(facts, func, site):
+        return Collective(f"the forward of `{facts.module.code_for_node(func)}` (its FSDP units all-gather their "
+                          "parameters and free them again)", advice=FORWARD_ADVICE)
     if qualname in LIBRARY_GATHERS:
         return Collective(f"`{site.attr}` (it gathers on every rank)")
     if qualname in torch_api.FULL_STATE_DICT_FUNCTIONS or (

@@ -11,7 +11,9 @@ own body, under no ``if``, loop, conditional expression, ``and``/``or`` or lambd
   argument decides (``needs``: "fsdp1", a ``state_dict()`` gathers only on an FSDP1
   module; "sharded", unless the caller's module is proven not sharded; "fsdp-file", a
   ``torch.distributed`` collective counts only where the caller's file uses FSDP, as in
-  ``facts.collectives``; "fsdp2", a DTensor gather (``.full_tensor()``) over the
+  ``facts.collectives``; "forward", a call of a module it is passed (``forward_of``: the
+  parameters so called), a collective where the caller's module is sharded with FSDP;
+  "fsdp2", a DTensor gather (``.full_tensor()``) over the
   parameters of a module counts where the caller's module is sharded with ``fully_shard``);
 - ``shards``: the parameter it shards in place with FSDP2 ``fully_shard``;
 - ``saves``: it writes a file with ``torch.save`` / safetensors, under no rank test, to
@@ -62,6 +64,7 @@ class Helper:
     wrap_orig_params: Optional[bool] = None
     wrap_sharding: Optional[Tuple[str, ...]] = None
     balanced_by: Optional[str] = None  # a ``torch.distributed`` collective's name: its caller may balance it
+    forward_of: Tuple[str, ...] = ()  # ``needs="forward"``: the parameters whose module it calls
     kinds: Tuple[str, ...] = field(default=())
 
     def place(self, at, row) -> str:
@@ -80,6 +83,7 @@ class Helper:
     def from_json(data: dict, file: str) -> "Helper":
         sharding = data.get("wrap_sharding")
         helper = Helper(**{**data, "params": tuple(data.get("params", ())), "kinds": tuple(data.get("kinds", ())),
+                           "forward_of": tuple(data.get("forward_of", ())),
                            "wrap_sharding": tuple(sharding) if sharding is not None else None})
         helper.file = file
         return helper

@@ -25,7 +25,8 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.collectives import (
-    DIST_COLLECTIVES, FRAMEWORK_GATHERS, GATHER_ADVICE, gathers_full_state_dict, not_sharded_here, on_other_ranks_side,
+    DIST_COLLECTIVES, FORWARD_ADVICE, FRAMEWORK_GATHERS, GATHER_ADVICE, forward_gathers, gathers_full_state_dict,
+    not_sharded_here, on_other_ranks_side,
     on_subgroup,
     torch_collective,
 )
@@ -202,6 +203,8 @@ class _Summarizer:
                 self._collective(info, site, helper, depth)
         if not helper.collective:
             self._parameter_gather(info, helper)
+        if not helper.collective:
+            self._forward(info, helper)
         for site in sites:
             if not helper.saves:
                 self._save(info, site, helper)
@@ -234,6 +237,8 @@ class _Summarizer:
                 helper.collective, helper.model, helper.needs = "a full FSDP state dict (an all-gather)", param, "fsdp1"
                 helper.collective_at, helper.advice = node, GATHER_ADVICE
                 return
+        if not qualname and isinstance(func, (cst.Name, cst.Attribute)) and _param(facts, info, func, site) is not None:
+            return  # the forward of a module it is passed: what the caller passes decides (``_forward``)
         found = torch_collective(facts, site)
         if found is not None:
             helper.collective, helper.collective_at, helper.advice = found.what, node, found.advice
@@ -341,6 +346,40 @@ class _Summarizer:
             helper.collective_at, helper.advice, helper.model, helper.needs = site.node, GATHER_ADVICE, model, "fsdp2"
             return
 
+    def _forward(self, info: FunctionInfo, helper: Helper) -> None:
+        """``def evaluate(model, loader): for batch in loader: model(batch)``: the forward of a
+        module that is sharded with FSDP (``collectives.forward_gathers``), the helper's
+        parameter (``needs="forward"``: it counts where the caller passes a sharded module)
+        or a module the helper reads itself (nanoGPT's ``estimate_loss()``).  A forward in a
+        ``for`` loop counts as run on every call: an evaluation loop over its batches (the
+        one case it is not is a loop over nothing, which no training script evaluates on)."""
+        facts = self.facts
+        called, first = [], None
+        for site in self.by_function.get(id(info.node), ()):
+            func = site.node.func
+            if not isinstance(func, (cst.Name, cst.Attribute)) or facts.qualname(func) is not None:
+                continue
+            if any(not isinstance(loop.node, cst.For) for loop in site.ctx.loops):
+                continue
+            if not _always_reached(site, loops_ok=True) or _in_handler(facts, info.node, site.ctx.statement):
+                continue
+            param = _param(facts, info, func, site)
+            if param is not None:
+                if param not in called:
+                    called.append(param)
+                    first = first or site.node
+                continue
+            if forward_gathers(facts, func, site):
+                helper.collective = (f"the forward of `{facts.module.code_for_node(func)}` (its FSDP units "
+                                     "all-gather their parameters and free them again)")
+                helper.collective_at, helper.advice = site.node, FORWARD_ADVICE
+                return
+        if called:
+            helper.collective = ("the forward of the module it is passed (its FSDP units all-gather their parameters "
+                                 "and free them again)")
+            helper.collective_at, helper.advice, helper.needs = first, FORWARD_ADVICE, "forward"
+            helper.model, helper.forward_of = called[0], tuple(called)
+
     def _yielded(self, expr, names: Set[str], site: CallSite, depth: int) -> bool:
         """``expr`` is a loop variable in ``names``, its attribute (``p.grad``), a subscript
         by it (``optimizer.state[p]``) or of one (``state["exp_avg_sq"]``), or a local name
@@ -425,6 +464,9 @@ def applies(facts: ModuleFacts, helper: Helper, site: CallSite) -> bool:
         return gathers_full_state_dict(facts, passed, site)
     if helper.needs == "fsdp2":
         return sharded_module(facts, passed, site)
+    if helper.needs == "forward":
+        return any(forward_gathers(facts, p, site)
+                   for p in (argument(helper, site.node, name) for name in helper.forward_of) if p is not None)
     return not not_sharded_here(facts, passed, site)
 
 

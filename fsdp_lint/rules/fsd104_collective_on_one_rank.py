@@ -65,6 +65,17 @@ Collectives:
   `with FSDP.state_dict_type(m, ...)` block of that same module: the file says so;
   `get_model_state_dict` / `get_optimizer_state_dict` / `get_state_dict`;
   `FSDP.optim_state_dict` / `full_optim_state_dict`;
+- the forward `model(x)` of a model sharded into FSDP units that free their parameters
+  after each forward: an FSDP1 root given an `auto_wrap_policy`, with `FULL_SHARD` (the
+  default) or `HYBRID_SHARD` among the strategies it may have (also its inner module,
+  `model.module(x)`), or a model sharded with `fully_shard` in a file that also shards
+  layers with the default `reshard_after_forward`. An evaluation forward on rank 0 runs
+  all-gathers that the other ranks' next step does not match. A model whose root is its only
+  FSDP unit is not flagged: the root keeps its parameters gathered after a forward, and
+  the one rank's all-gather pairs with the other ranks' next one (`SHARD_GRAD_OP` keeps
+  them until a backward as well), measured on CPU/gloo, torch 2.13.0. In a helper, a
+  forward inside a `for` loop counts as run (an evaluation loop over its batches:
+  `if master_process: estimate_loss()`);
 - DTensor: `.full_tensor()` and `.redistribute(...)` of an FSDP2 gradient norm
   (`clip_grad_norm_`/`get_total_norm` over a `fully_shard`-ed module's parameters) or of a
   parameter in a loop over them (`facts.dtensors`): each is a collective over the mesh;
@@ -121,6 +132,9 @@ the rank test: `FSD104 (fabric-fsdp2)` (`fabric.save` on global rank 0 with
 `ModelParallelStrategy`: rank 0 blocks in the path's broadcast inside `fabric.save`, the
 other rank in its next forward; measured on CPU/gloo, torch 2.13.0, Lightning 2.6.6),
 `FSD104 (load)` (`model.load_state_dict(...)` into an FSDP1 module on rank 0 only),
+`FSD104 (forward)` and `FSD104 (forward-fsdp2)` (an evaluation forward on rank 0 only of a
+model whose layers are FSDP1 units, or are sharded with `fully_shard`: rank 0 blocks in an
+all-gather of its next forward, the other rank in the reduce-scatter of its backward),
 `FSD104 (fabric)` (`fabric.save` with `strategy="fsdp"`) and `FSD104 (accelerate)`
 (`accelerator.get_state_dict(model)` under FSDP1 on the main process). The last two run on
 GPUs only: Lightning refuses `strategy="fsdp"` off GPU (`fabric/connector.py` l. 433-439) and
@@ -180,6 +194,11 @@ move out of the rank test.
   accelerate config, `--fsdp`, `[tool.fsdp-lint] launch`).
 - Helpers are followed in this file and in project files its imports lead to, and only
   where they run a collective on every call; an installed package's function is not.
+  A helper of another file that only runs a forward is not summarized (the project index
+  reads files that name a gathering call).
+- A forward counts only through `model(...)`: a method of the model that runs its layers
+  (`model.generate(...)`, `model.forward_train(...)`) is not followed, nor a model wrapped
+  by accelerate or Lightning, or a strategy the file cannot read (`sharding_strategy=cfg.strategy`).
 
 ## Fix safety
 No automatic fix: the gathering call has to move before the rank test.

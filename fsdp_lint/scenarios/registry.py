@@ -302,6 +302,38 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
             timeout=60.0,
         ),
         Scenario(
+            program="fsd104_forward_on_one_rank.py",
+            form="forward",
+            fixed_by=((
+                "        if dist.get_rank() == 0:\n"
+                "            loss = model(torch.randn(8, 64, device=where)).pow(2).mean()\n",
+                "        loss = model(torch.randn(8, 64, device=where)).pow(2).mean()\n"
+                "        if dist.get_rank() == 0:\n",
+            ),),
+            hazard="an evaluation forward of the FSDP1 module on rank 0 only (it all-gathers the parameters): " + HANG,
+            hang_is_hazard=True,
+            errors=HANG_ERRORS,
+            min_ranks=2,
+            ranks_why=ONE_RANK_HANG,
+            timeout=60.0,
+        ),
+        Scenario(
+            program="fsd104_forward_fsdp2_on_one_rank.py",
+            form="forward-fsdp2",
+            fixed_by=((
+                "        if dist.get_rank() == 0:\n"
+                "            loss = model(torch.randn(8, 64, device=where)).pow(2).mean()\n",
+                "        loss = model(torch.randn(8, 64, device=where)).pow(2).mean()\n"
+                "        if dist.get_rank() == 0:\n",
+            ),),
+            hazard="an evaluation forward on rank 0 only of a model sharded with fully_shard layer by layer: " + HANG,
+            hang_is_hazard=True,
+            errors=HANG_ERRORS,
+            min_ranks=2,
+            ranks_why=ONE_RANK_HANG,
+            timeout=60.0,
+        ),
+        Scenario(
             program="fsd104_accelerate_state_dict_on_main_process.py",
             form="accelerate",
             packages=ACCELERATE,
