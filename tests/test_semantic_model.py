@@ -325,3 +325,52 @@ def test_tests_in_loops_read_attributes_and_comparisons_only(body, exclusive):
     facts = _facts(_SETUP.format(body=body))
     a, b = _call(facts, "wrap(net)"), _call(facts, "use(net)")
     assert are_exclusive(a.ctx, b.ctx) is exclusive
+
+
+# -- module globals that exec() may rebind; conditional expressions read on the use's path --
+_FSDP_IMPORT = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+
+@pytest.mark.parametrize(
+    "head, reaches",
+    [
+        # a literal flag is that value: the FSDP branch never runs where a test is read
+        ("use_fsdp = False\n", False),
+        # nanoGPT's configurator rebinds the globals from the command line: the flag is
+        # unknown (one value, either), so the FSDP branch may run
+        ("use_fsdp = False\nexec(open('configurator.py').read())\n", True),
+        ("use_fsdp = False\nglobals().update(overrides)\n", True),
+        # an exec before the binding rebinds nothing after it
+        ("exec(open('configurator.py').read())\nuse_fsdp = False\n", False),
+    ],
+)
+def test_exec_may_rebind_the_module_globals(head, reaches):
+    from fsdp_lint.facts.fsdp_modules import origins
+
+    facts = _facts(_FSDP_IMPORT + head + "ready = args.ready\nmodel = Net()\nif use_fsdp:\n    model = FSDP(model)\n"
+                   "if ready:\n    use(model)\n")
+    site = _call(facts, "use(model)")
+    found = origins(facts, site.node.args[0].value, site.ctx, site.order)
+    assert bool(found.fsdp1) is reaches
+
+
+@pytest.mark.parametrize(
+    "test, reaches",
+    [
+        ("if not use_fsdp:\n", False),  # raw is the DDP inner module or the plain model
+        ("if use_fsdp:\n", True),
+        ("if ready:\n", True),  # a test the arms do not depend on
+    ],
+)
+def test_a_conditional_expression_is_read_on_the_use_path(test, reaches):
+    from fsdp_lint.facts.fsdp_modules import origins
+
+    code = _FSDP_IMPORT + (
+        "use_fsdp = args.use_fsdp\ndistributed = args.distributed\nready = args.ready\nmodel = Net()\n"
+        "if distributed:\n    if use_fsdp:\n        model = FSDP(model)\n    else:\n        model = DDP(model)\n"
+        "raw = model.module if distributed and not use_fsdp else model\n"
+        + test + "    use(raw)\n"
+    )
+    facts = _facts(code)
+    site = _call(facts, "use(raw)")
+    found = origins(facts, site.node.args[0].value, site.ctx, site.order)
+    assert bool(found.fsdp1) is reaches

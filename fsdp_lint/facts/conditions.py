@@ -6,7 +6,9 @@ model.state_dict()`` never both run when ``is_ddp = is_distributed and args.dist
 and ``is_fsdp = is_distributed and args.dist == "fsdp"``: one value of ``args.dist`` cannot
 equal both strings. A test is read as a formula over atoms:
 - a name or attribute (``use_fsdp``, ``args.fsdp``), replaced by the one value the function
-  assigns it before the test (outside any loop) when that value is itself a condition;
+  assigns it before the test (outside any loop) when that value is itself a condition (not
+  a module global that ``exec(...)`` or ``globals()`` may rebind after it: nanoGPT's
+  ``use_fsdp = False`` then ``exec(open("configurator.py").read())``; it stays one atom);
 - ``x == "fsdp"``, ``x != 2``, ``x in ("ddp", "fsdp")``, ``x is None`` (``x`` a name or
   attribute, the other side a literal): at most one literal equals ``x``;
 - any other comparison of names and literals (``world_size > 1``): one atom per text.
@@ -83,7 +85,8 @@ def _formula(expr, guard: Guard, function, depth: int = 0):
         own = _stable(guard, function, name)
         if own is None:
             return _UNREAD
-        if len(own) == 1 and own[0].kind == "assign" and own[0].index is None:
+        rewritten = function is None and bool(own) and guard.bindings.globals_rewritten_after(own[0].order)
+        if len(own) == 1 and own[0].kind == "assign" and own[0].index is None and not rewritten:
             inner = _formula(own[0].value, guard, function, depth + 1)
             if inner is not _UNREAD:
                 return inner

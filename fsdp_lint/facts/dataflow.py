@@ -88,11 +88,27 @@ def _returns(facts: ModuleFacts, info, call: cst.Call, via, index, depth) -> Sou
     return result
 
 
-def _from_binding(facts: ModuleFacts, binding: Binding, via, depth, extra=()) -> Sources:
+def _on_path(binding: Binding, use: Optional[Context]) -> Context:
+    """The binding's context with the tests around the use it reaches (same function): the
+    value followed from there is the one that runs on the use's path.  In ``raw = model.module
+    if distributed and not use_fsdp else model`` read under ``if not use_fsdp:``, the ``else``
+    arm's ``model`` is the one of a run that is not distributed.  ``conditions`` reads only
+    names bound once before a test, so a test true at the use says the same at the binding."""
+    ctx = binding.ctx
+    if use is None or use.function is not ctx.function or not use.guards:
+        return ctx
+    mine = {(id(g.node), g.branch) for g in ctx.guards}
+    more = tuple(g for g in use.guards if (id(g.node), g.branch) not in mine)
+    return replace(ctx, guards=ctx.guards + more) if more else ctx
+
+
+def _from_binding(facts: ModuleFacts, binding: Binding, via, depth, extra=(), use: Optional[Context] = None) -> Sources:
     if binding.kind != "assign":
         return Sources(complete=False)  # a loop element or a context manager's value
     value = binding.value
     if binding.index is None:
+        if isinstance(value, cst.IfExp):  # the arms' origins are read on the use's path
+            return sources(facts, value, _on_path(binding, use), binding.order, via, depth + 1, extra)
         return sources(facts, value, binding.ctx, binding.order, via, depth + 1, extra)
     if isinstance(value, (cst.Tuple, cst.List)) and binding.index < len(value.elements):
         return sources(facts, value.elements[binding.index].value, binding.ctx, binding.order, via, depth + 1, extra)
@@ -330,5 +346,5 @@ def sources(
         if binding.kind == "event":
             result.found.append(Source(binding.value, binding.ctx, binding.order, via))
             continue
-        result.add(_from_binding(facts, binding, via, depth, extra))
+        result.add(_from_binding(facts, binding, via, depth, extra, ctx))
     return result

@@ -36,6 +36,21 @@ class BindingIndex:
             self._by = by
         return self._by.get((id(function), name), [])
 
+    def globals_rewritten_after(self, order: int) -> bool:
+        """The module runs, after ``order``, code that may rebind its globals by name:
+        ``exec(...)`` (nanoGPT's ``exec(open("configurator.py").read())`` overrides
+        ``use_fsdp = False`` from the command line) or a call on ``globals()``
+        (``globals().update(cfg)``)."""
+        found = self.formulas.get(("globals_rewritten",))
+        if found is None:
+            found = [
+                site.order for site in self._facts.calls
+                if isinstance(site.node.func, cst.Name) and site.node.func.value in ("exec", "globals")
+                and self._facts.qualname(site.node.func) is None
+            ]
+            self.formulas[("globals_rewritten",)] = found
+        return any(at > order for at in found)
+
     def changed_in_place(self, function, name: str) -> bool:
         """``function`` hands the object ``name`` holds to something that may change it: a
         method call on it, a call taking it, a write into it."""
