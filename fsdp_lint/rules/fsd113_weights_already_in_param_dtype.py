@@ -8,7 +8,7 @@ from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, module_casts
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
-from fsdp_lint.facts.scopes import latest_binding, runs_before
+from fsdp_lint.facts.scopes import latest_binding, lookup, runs_before
 from fsdp_lint.facts.values import UNKNOWN
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -26,8 +26,12 @@ class WeightsAlreadyInParamDtype(Rule):
 Checks for `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=D))` with `D`
 `torch.bfloat16` or `torch.float16`, where `model`'s weights were already cast to `D` before
 the sharding: `model.to(torch.bfloat16)`, `model.bfloat16()`, `model.half()`, or
+`model.to(device, dtype=torch.bfloat16)` in place, or
 `model = X.from_pretrained(..., torch_dtype=torch.bfloat16)`, on a path that reaches the
-`fully_shard` without re-binding `model`.
+`fully_shard` without re-binding `model` (a re-binding in a branch exclusive with the
+`fully_shard`, or on another path, leaves the cast reaching it). A layer sharded in a loop
+over the cast model's modules (`for layer in model.model.layers: fully_shard(layer, ...)`)
+holds the cast weights too and is reported as well.
 
 ## Why is this bad?
 FSDP2's mixed precision keeps the sharded parameters in their own dtype and casts to
@@ -99,16 +103,40 @@ def _policy_dtype(facts: ModuleFacts, wrap):
     return None if policy is UNKNOWN else policy.param_dtype
 
 
-def _cast_before(facts: ModuleFacts, wrap, dtype):
+def _module_of(facts: ModuleFacts, wrap) -> str:
+    """The module whose weights the wrapped one holds: ``model`` for ``for layer in
+    model.model.layers: fully_shard(layer, ...)`` (a cast of ``model`` cast its layers too),
+    else the wrapped name itself."""
     name = wrap.wrapped
+    for loop in reversed(wrap.site.ctx.loops):
+        node = loop.node
+        if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and node.target.value == name:
+            iterated = node.iter
+            if isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute) and not iterated.args \
+                    and iterated.func.attr.value in ("children", "modules"):
+                iterated = iterated.func.value
+            while isinstance(iterated, (cst.Attribute, cst.Subscript)):
+                iterated = iterated.value
+            if isinstance(iterated, cst.Name):
+                return iterated.value
+    return name
+
+
+def _cast_before(facts: ModuleFacts, wrap, dtype):
+    name = _module_of(facts, wrap)
+    at_wrap = lookup(facts, name, wrap.site.ctx, wrap.site.order).bindings
     for cast in module_casts(facts):
         if cast.receiver != name or cast.dtype != dtype or cast.site.ctx.function is not wrap.site.ctx.function:
             continue
         if not runs_before(facts, cast.site.ctx, cast.site.done, wrap.site.ctx, wrap.site.order):
             continue
-        if any(b.target == name and cast.site.order < b.order < wrap.site.order and b.value is not cast.site.node
-               for b in facts.bindings):
-            continue  # ``model`` is bound to something else between (``model = model.to(...)`` is the cast itself)
+        # the cast's module reaches the wrap on some path: ``model = model.to(...)`` is the
+        # binding that reaches, or the cast is in place and a binding it acted on reaches
+        # (``model, banks = wrap_with_banks(model)`` in an exclusive branch rebinds nothing
+        # on the other path)
+        cast_ids = {id(b) for b in lookup(facts, name, cast.site.ctx, cast.site.order).bindings}
+        if not any(b.value is cast.site.node or id(b) in cast_ids for b in at_wrap):
+            continue
         return f"`{facts.module.code_for_node(cast.site.node)}`", cast.site.node
     latest = latest_binding(facts, name, wrap.site.ctx, wrap.site.order)
     if latest is not None and isinstance(latest.value, cst.Call) and loaded_dtype(facts, latest.value) == dtype:
