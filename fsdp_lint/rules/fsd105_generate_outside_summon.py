@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.forward_methods import ENTRY_POINTS
-from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, wrap_config
+from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.rebinding import rebound_between
 from fsdp_lint.facts.summon import maybe_in_summon, root_left_gathered
@@ -76,12 +76,18 @@ in their own forwards. FSDP2 (`fully_shard`) has no such block: register the met
 `register_fsdp_forward_method` (FSD114).
 
 ## Known problems
-- The receiver must be an FSDP1 wrap of this file with a sharded strategy the rule can read:
-  for a plain name, the latest wrap before the call in the same function; for an attribute
-  (`self.model`), any wrap of it in the file. A model wrapped elsewhere (a parameter, a model
-  from another file) or a strategy it cannot read (an unreadable `**cfg`, an accelerate
-  config) is not flagged; a parameter annotated `FullyShardedDataParallel` is assumed to use
-  the default `FULL_SHARD`.
+- The receiver must be an FSDP1 wrap of this file that reaches the call on some path (the
+  value flow: re-bindings, branches, a helper's parameter through its callers in the file,
+  one level), with a strategy the rule can read, one of whose possible values shards. Where
+  the flow cannot follow the receiver, for a plain name the latest wrap before the call in
+  the same function counts, and for an attribute (`self.model`) any wrap of it in the file.
+  A model wrapped in another file or a strategy it cannot read (an unreadable `**cfg`, an
+  accelerate config) is not flagged; a parameter annotated `FullyShardedDataParallel` is
+  assumed to use the default `FULL_SHARD`.
+- A method of the model's own that runs its forward under another name (`forward_train`,
+  `forward_encoder`) is not an entry point here: whether it reaches parameters the root
+  holds (and not only nested FSDP units, which gather in their own forwards) depends on the
+  model's class, which is usually in another file.
 - Any doubt about a summon counts as inside one (a `with` on a name, an `ExitStack`, a
   `@contextmanager` helper of the file, a caller that gathers): such a call is not flagged.
 - A root forward `m(...)` that may run earlier in the same function with no `.backward()`
@@ -114,11 +120,19 @@ every rank has to enter it (a collective).
                 if owner.endswith("." + inner):
                     owner = owner[: -len(inner) - 1]
                     break
-            wrap = self._wrap_in_scope(facts, modules, owner, site)
-            if wrap is None or (wrap is not _ANNOTATED and not _sharded(facts, wrap)):
-                continue
-            if wrap is not _ANNOTATED and rebound_between(facts, owner, wrap.site, site):
-                continue
+            found = origins_with_callers(facts, site.node.func.value, site.ctx, site.order)
+            followed = found.fsdp1 + found.inner
+            if followed or found.fsdp2 or found.complete:
+                # the value flow decides: an FSDP1 wrap with a sharded strategy reaches the
+                # call on some path (also through the callers of a helper taking the model)
+                if not any(_sharded(facts, origin.wrap) for origin in followed):
+                    continue
+            else:
+                wrap = self._wrap_in_scope(facts, modules, owner, site)
+                if wrap is None or (wrap is not _ANNOTATED and not _sharded(facts, wrap)):
+                    continue
+                if wrap is not _ANNOTATED and rebound_between(facts, owner, wrap.site, site):
+                    continue
             if maybe_in_summon(facts, site, owner) or root_left_gathered(facts, site, owner):
                 continue
             report(
@@ -155,9 +169,11 @@ every rank has to enter it (a collective).
 
 
 def _sharded(facts, wrap) -> bool:
-    """The construction's strategy is visible and shards (``NO_SHARD`` gathers nothing)."""
+    """The construction's strategy is visible and one of the strategies it may have shards
+    (``NO_SHARD`` gathers nothing; ``{"FULL_SHARD": ..., "NO_SHARD": ...}[cfg.strategy]``
+    shards under one configuration, as FSD102 reads it)."""
     sharding = wrap_config(facts, Origin(wrap)).sharding
-    return sharding is not UNKNOWN and "NO_SHARD" not in sharding
+    return sharding is not UNKNOWN and bool(sharding - {"NO_SHARD"})
 
 
 class _Annotated:
