@@ -30,6 +30,7 @@ file's own facts (``facts.helpers.summaries``, the facts every rule reads).
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 import hashlib
 import json
 import warnings
@@ -44,7 +45,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dtensors import GATHERS as _DTENSOR_GATHERS
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
 from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP
-from fsdp_lint.facts.helper_summary import Helper
+from fsdp_lint.facts.helper_summary import Helper, kinds_of
 from fsdp_lint.facts.helpers import summaries
 from fsdp_lint.facts.index import index_module
 from fsdp_lint.launch import project_root
@@ -122,6 +123,12 @@ def summarize_text(text: str) -> ModuleSummary:
         positions = Positions(module, line_starts(text))
         functions = {}
         for name, helper in helpers.items():
+            if helper.forward:  # a forward helper serves its own file only: the caller of another file
+                helper = replace(helper, collective="", collective_at=None, advice="", model=None, needs="",
+                                 forward_of=(), forward=False)
+                helper.kinds = kinds_of(helper)
+                if not helper.kinds:
+                    continue  # ``summaries`` keeps only helpers that do something a rule reads
             data = helper.to_json()
             for key in _AT_FIELDS:
                 node = data.get(key)

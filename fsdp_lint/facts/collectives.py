@@ -72,7 +72,9 @@ FRAMEWORK_GATHERS = frozenset({"get_state_dict", "gather", "gather_for_metrics",
 @dataclass
 class Collective:
     what: str  # words for the message
-    balanced_by: Optional[str] = None  # a torch.distributed collective: its name, matched on other ranks' paths
+    # a torch.distributed collective's name, or ``forward:model`` for a forward: the same
+    # call on the other ranks' path balances it
+    balanced_by: Optional[str] = None
     advice: str = GATHER_ADVICE  # what to do instead, fitted to the call
 
 
@@ -133,6 +135,19 @@ def on_other_ranks_side(facts: ModuleFacts, site: CallSite) -> bool:
     return side is not None and side[1] == "others"
 
 
+def _balance_key(facts: ModuleFacts, site: CallSite) -> Optional[str]:
+    """What pairs a call with the same call on the other ranks' path: its qualified name, or
+    for the forward of a module ``model(x)``, ``forward:model``."""
+    qualname = facts.qualname(site.node.func)
+    if qualname:
+        return qualname
+    name = dotted_name(site.node.func)
+    return FORWARD_KEY + name if name is not None else None
+
+
+FORWARD_KEY = "forward:"
+
+
 def balanced(facts: ModuleFacts, site: CallSite, qualname: str) -> bool:
     """The other ranks call the same collective on their own path, decided per pair: the
     call in the ``else`` of the same rank test (``if rank == 0: ...; dist.barrier()``
@@ -142,7 +157,7 @@ def balanced(facts: ModuleFacts, site: CallSite, qualname: str) -> bool:
     pair earlier in the function does not balance a later one-rank call."""
     calls = []
     for other in facts.calls:
-        if other.ctx.function is not site.ctx.function or facts.qualname(other.node.func) != qualname:
+        if other.ctx.function is not site.ctx.function or _balance_key(facts, other) != qualname:
             continue
         side = _rank_side(facts, other)
         if side is not None:
@@ -228,6 +243,27 @@ def _fsdp2_nested(facts: ModuleFacts, root) -> bool:
     return False
 
 
+def may_forward_gather(facts: ModuleFacts) -> bool:
+    """Some construction of the file is one whose forward ``forward_gathers`` counts: an
+    FSDP1 wrap with nested units and a strategy that reshards after forward, or a
+    ``fully_shard`` of a file that shards layers that reshard.  Asked first, once per file."""
+    def compute(f: ModuleFacts) -> bool:
+        modules = fsdp_modules(f)
+        for wrap in modules.fsdp2_wraps:
+            if _fsdp2_nested(f, Origin(wrap)):
+                return True
+        for wrap in modules.wraps:
+            if wrap.fsdp2:
+                continue
+            origin = Origin(wrap)
+            sharding = wrap_config(f, origin).sharding
+            if sharding is not UNKNOWN and sharding & RESHARD_AFTER_FORWARD and has_nested_units(f, origin):
+                return True
+        return False
+
+    return facts.cached("may_forward_gather", compute)
+
+
 def forward_gathers(facts: ModuleFacts, module: cst.BaseExpression, site: CallSite) -> bool:
     """Calling ``module`` at ``site`` (its forward through ``__call__``) runs all-gathers
     that a forward on the other ranks does not match: the module is sharded into nested
@@ -243,7 +279,7 @@ def forward_gathers(facts: ModuleFacts, module: cst.BaseExpression, site: CallSi
     forward``).  Not inside a ``summon_full_params`` of that module entered by every rank.
     A value the file cannot follow, or a strategy it cannot read, is no such module
     (precision first)."""
-    if dotted_name(module) is None or not uses_fsdp(facts):
+    if dotted_name(module) is None or not uses_fsdp(facts) or not may_forward_gather(facts):
         return False
     if _inside_own_summon(facts, module, site):
         return False
@@ -301,7 +337,8 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
                           advice="compute it on every rank before the rank test, then read the result under it")
     if not qualname and isinstance(func, (cst.Name, cst.Attribute)) and forward_gathers(facts, func, site):
         return Collective(f"the forward of `{facts.module.code_for_node(func)}` (its FSDP units all-gather their "
-                          "parameters and free them again)", advice=FORWARD_ADVICE)
+                          "parameters and free them again)", advice=FORWARD_ADVICE,
+                          balanced_by=FORWARD_KEY + dotted_name(func))
     if qualname in LIBRARY_GATHERS:
         return Collective(f"`{site.attr}` (it gathers on every rank)")
     if qualname in torch_api.FULL_STATE_DICT_FUNCTIONS or (

@@ -65,6 +65,7 @@ class Helper:
     wrap_sharding: Optional[Tuple[str, ...]] = None
     balanced_by: Optional[str] = None  # a ``torch.distributed`` collective's name: its caller may balance it
     forward_of: Tuple[str, ...] = ()  # ``needs="forward"``: the parameters whose module it calls
+    forward: bool = False  # its collective is a forward (this file's helpers only: ``project`` drops it)
     kinds: Tuple[str, ...] = field(default=())
 
     def place(self, at, row) -> str:

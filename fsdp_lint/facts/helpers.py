@@ -26,6 +26,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.collectives import (
     DIST_COLLECTIVES, FORWARD_ADVICE, FRAMEWORK_GATHERS, GATHER_ADVICE, forward_gathers, gathers_full_state_dict,
+    may_forward_gather,
     not_sharded_here, on_other_ranks_side,
     on_subgroup,
     torch_collective,
@@ -361,9 +362,11 @@ class _Summarizer:
                 continue
             if any(not isinstance(loop.node, cst.For) for loop in site.ctx.loops):
                 continue
+            param = _param(facts, info, func, site)
+            if param in called or (param is None and not may_forward_gather(facts)):
+                continue  # cheap answers first: the walks below are what a summary costs
             if not _always_reached(site, loops_ok=True) or _in_handler(facts, info.node, site.ctx.statement):
                 continue
-            param = _param(facts, info, func, site)
             if param is not None:
                 if param not in called:
                     called.append(param)
@@ -372,13 +375,13 @@ class _Summarizer:
             if forward_gathers(facts, func, site):
                 helper.collective = (f"the forward of `{facts.module.code_for_node(func)}` (its FSDP units "
                                      "all-gather their parameters and free them again)")
-                helper.collective_at, helper.advice = site.node, FORWARD_ADVICE
+                helper.collective_at, helper.advice, helper.forward = site.node, FORWARD_ADVICE, True
                 return
         if called:
             helper.collective = ("the forward of the module it is passed (its FSDP units all-gather their parameters "
                                  "and free them again)")
             helper.collective_at, helper.advice, helper.needs = first, FORWARD_ADVICE, "forward"
-            helper.model, helper.forward_of = called[0], tuple(called)
+            helper.model, helper.forward_of, helper.forward = called[0], tuple(called), True
 
     def _yielded(self, expr, names: Set[str], site: CallSite, depth: int) -> bool:
         """``expr`` is a loop variable in ``names``, its attribute (``p.grad``), a subscript

@@ -73,7 +73,9 @@ Collectives:
   all-gathers that the other ranks' next step does not match. A model whose root is its only
   FSDP unit is not flagged: the root keeps its parameters gathered after a forward, and
   the one rank's all-gather pairs with the other ranks' next one (`SHARD_GRAD_OP` keeps
-  them until a backward as well), measured on CPU/gloo, torch 2.13.0. In a helper, a
+  them until a backward as well), measured on CPU/gloo, torch 2.13.0. A forward of the
+  same module on the other ranks' side of the rank test (rank 0 profiles its step, the
+  others run it plainly) balances it, pair by pair as for barriers. In a helper, a
   forward inside a `for` loop counts as run (an evaluation loop over its batches:
   `if master_process: estimate_loss()`);
 - DTensor: `.full_tensor()` and `.redistribute(...)` of an FSDP2 gradient norm
