@@ -942,7 +942,33 @@ def _may_forward(s: Summary, call: ast.Call) -> bool:
             return False
     elif type(func) is not ast.Attribute:
         return False
-    return bool(s.wraps()) and not s.qualnames(func)
+    return _nested_units_possible(s) and not s.qualnames(func)
+
+
+def _nested_units_possible(s: Summary) -> bool:
+    """``collectives.may_forward_gather``, read wide: an FSDP1 wrap given an
+    ``auto_wrap_policy`` other than ``None`` (or ``**`` arguments that may hold one), or any
+    ``fully_shard``."""
+    found = s._cache.get("nested_units")
+    if found is None:
+        found = False
+        for _, call, fsdp1, _ in s.wraps():
+            if not fsdp1:
+                found = True
+                break
+            if any(_PARTIAL in s.qualnames(v.func) for v in s.call_values.get(_dotted(call.func) or "", ())):
+                found = True  # ``functools.partial(FSDP, ...)``: its policy is in the partial
+                break
+            if s.callee(call).isdisjoint(torch_api.FSDP_CLASS):
+                continue  # a project helper's wrap: its policy is not read (``has_nested_units``)
+            for keyword in call.keywords:
+                if keyword.arg is None or (keyword.arg == "auto_wrap_policy" and not (
+                        type(keyword.value) is ast.Constant and keyword.value.value is None)):
+                    found = True
+            if found:
+                break
+        s._cache["nested_units"] = found
+    return found
 
 
 def _on_subgroup(call: ast.Call, names: Set[str]) -> bool:

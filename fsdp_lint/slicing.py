@@ -1050,13 +1050,8 @@ def _close(index: _Index, kept: Set[int], importing: List[int]) -> None:
                         kept.update(index.in_class(unit.parent, dotted.split(".")[1]))
                 elif kind == "bind":
                     # an attribute bound here (``self.optimizer = ...``): enough of its uses
-                    # elsewhere ("used in another method?"), and in a method, every method
-                    # of its class that uses it (the facts follow ``self.model`` through
-                    # the class: a rule's site may be in any of them)
-                    uses = index.holders((dotted, "use"))
-                    if unit.parent is not None and dotted.startswith(("self.", "cls.")):
-                        kept.update(i for i in uses if units[i].parent == unit.parent)
-                    _keep_enough(units, kept, uses, (dotted, "use"), passive)
+                    # elsewhere ("used in another method?")
+                    _keep_enough(units, kept, index.holders((dotted, "use")), (dotted, "use"), passive)
         covered = set().union(*(units[i].modules for i in kept if i in index.analysed))
         for module, indices in module_holders.items():
             if module not in covered:

@@ -55,10 +55,10 @@ def test_a_declared_gate_needs_its_facts_and_its_calls():
     with both is kept, with the call as its site."""
     from fsdp_lint.rules import BY_CODE
 
-    rule = BY_CODE["FSD109"]
-    assert rule.gate_facts == ("fsdp2_wrap",) and "no_sync" in rule.gate_calls
-    both = screen.parse("from torch.distributed.fsdp import fully_shard as shard\nshard(m)\nwith m.no_sync():\n    pass\n")
-    no_wrap = screen.parse("from other import fully_shard\nfully_shard(m)\nwith m.no_sync():\n    pass\n")
+    rule = BY_CODE["FSD110"]
+    assert rule.gate_facts == ("fsdp2_wrap",) and "load_state_dict" in rule.gate_calls and not rule.gate_sites
+    both = screen.parse("from torch.distributed.fsdp import fully_shard as shard\nshard(m)\nm.load_state_dict(sd)\n")
+    no_wrap = screen.parse("from other import fully_shard\nfully_shard(m)\nm.load_state_dict(sd)\n")
     no_call = screen.parse("from torch.distributed.fsdp import fully_shard\nfully_shard(m)\n")
     assert screen.live_rules(both, [rule]) == [rule]
     assert screen.live_rules(no_wrap, [rule]) == [] and screen.live_rules(no_call, [rule]) == []

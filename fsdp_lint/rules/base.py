@@ -130,8 +130,9 @@ class Rule:
     # (name -> its index among the call's positional arguments as written: by keyword, by
     # position, or in a ``**`` dict where the file names it); ``gate_names``: identifiers
     # one of which every finding needs in the file's code; ``gate_sites``: every finding
-    # stands at one of those calls or inside its statement (a ``with`` block), so the calls
-    # seed the slice of a large file (else the slice keeps its whole closure).
+    # stands in the function (or the module-level code) of one of those calls, so the calls
+    # seed the slice of a large file, whose units hold whole functions and methods (else the
+    # slice keeps its whole closure).
     # Each must be a necessary condition of ``check``: tests/test_gate.py compares every
     # fixture and generated module with the gate on and off.
     gate_facts: ClassVar[Tuple[str, ...]] = ()

@@ -14,6 +14,7 @@ class NoSyncOnFullyShard(Rule):
     markers = (("no_sync",), ("fully_shard",))
     gate_facts = ("fsdp2_wrap",)
     gate_calls = frozenset({"no_sync"})
+    gate_sites = True
     doc = """\
 ## What it does
 Checks for `model.no_sync()` (FSDP1's and DDP's gradient-accumulation context) on a module

@@ -14,6 +14,7 @@ class ParamEditBetweenUnshardReshard(Rule):
     markers = (("unshard",), ("reshard",), ("fully_shard",))
     gate_facts = ("fsdp2_wrap",)
     gate_calls = frozenset({"unshard"})
+    gate_sites = True  # the edits are in the unshard's own function (``facts.unshard``)
     doc = """\
 ## What it does
 Checks for writes to a module's parameters between `m.unshard()` (also
