@@ -374,3 +374,46 @@ def test_a_conditional_expression_is_read_on_the_use_path(test, reaches):
     site = _call(facts, "use(raw)")
     found = origins(facts, site.node.args[0].value, site.ctx, site.order)
     assert bool(found.fsdp1) is reaches
+
+
+def test_an_instance_flag_set_once_in_init_splits_the_methods():
+    from fsdp_lint.facts.fsdp_modules import origins
+
+    code = _FSDP_IMPORT + (
+        "class Trainer:\n"
+        "    def __init__(self, config, model):\n"
+        "        self.is_fsdp = config.use_fsdp\n"
+        "        if self.is_fsdp:\n"
+        "            self.model = FSDP(model)\n"
+        "        else:\n"
+        "            self.model = model\n"
+        "    def step(self):\n"
+        "        if self.is_fsdp:\n"
+        "            use_sharded(self.model)\n"
+        "        else:\n"
+        "            use_plain(self.model)\n"
+    )
+    facts = _facts(code)
+    for call, reaches in (("use_sharded(self.model)", True), ("use_plain(self.model)", False)):
+        site = _call(facts, call)
+        assert bool(origins(facts, site.node.args[0].value, site.ctx, site.order).fsdp1) is reaches
+    # bound again in another method: the flag may change between the calls, nothing is concluded
+    facts = _facts(code + "    def other(self):\n        self.is_fsdp = True\n")
+    site = _call(facts, "use_plain(self.model)")
+    assert origins(facts, site.node.args[0].value, site.ctx, site.order).fsdp1
+
+
+def test_a_device_tested_before_the_wrap_is_not_the_cpu():
+    from fsdp_lint.facts.fsdp_modules import origins, wrap_config
+
+    for guard, cpu in (("    if device.type != 'cuda':\n        raise RuntimeError('needs GPUs')\n", False),
+                       ("    if world_size < 2:\n        raise RuntimeError('needs two ranks')\n", True)):
+        facts = _facts(_FSDP_IMPORT + "import torch\n"
+                       "def build(core, world_size, device):\n" + guard +
+                       "    return FSDP(core, device_id=device)\n"
+                       "device = torch.device('cuda') if torch.cuda.is_available() else torch.device('cpu')\n"
+                       "model = build(net, 2, device)\n"
+                       "use(model)\n")
+        site = _call(facts, "use(model)")
+        found = origins(facts, site.node.args[0].value, site.ctx, site.order).fsdp1
+        assert found and wrap_config(facts, found[0]).cpu_device is cpu

@@ -223,6 +223,104 @@ def conditions_contradict(a: Context, b: Context) -> bool:
     return True
 
 
+def _class_flag(guard: Guard, function, class_def, name: str) -> bool:
+    """``name`` is ``self.<attr>`` bound once in its class, in ``__init__`` outside loops (and
+    before ``guard`` when the guard is in ``__init__`` too): one value for every method call
+    of an instance (``self.is_fsdp = config.use_fsdp``)."""
+    if guard.bindings is None or not name.startswith("self.") or name.count(".") != 1:
+        return False
+    found = [b for b in guard.bindings._facts.bindings if b.target == name and b.ctx.class_def is class_def]
+    if len(found) != 1:
+        return False
+    binding = found[0]
+    function = binding.ctx.function
+    if function is None or function.name.value != "__init__" or binding.ctx.loops or binding.ctx.guards:
+        return False
+    return not (binding.ctx.function is function and binding.order >= guard.order)
+
+
+def _class_formula(expr, guard: Guard, function, class_def, depth: int = 0):
+    """A test read for another method of the class: only ``self.<attr>`` flags of
+    ``_class_flag`` (as themselves, not their values), and comparisons of them with literals."""
+    if depth > _MAX_DEPTH:
+        return _UNREAD
+    if isinstance(expr, cst.Attribute):
+        name = dotted_name(expr)
+        return ("atom", name) if name is not None and _class_flag(guard, function, class_def, name) else _UNREAD
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = _class_formula(expr.expression, guard, function, class_def, depth + 1)
+        return ("not", ("atom", f"?{id(expr.expression)}") if inner is _UNREAD else inner)
+    if isinstance(expr, cst.BooleanOperation):
+        parts = []
+        for side in (expr.left, expr.right):
+            found = _class_formula(side, guard, function, class_def, depth + 1)
+            parts.append(("atom", f"?{id(side)}") if found is _UNREAD else found)
+        return ("and" if isinstance(expr.operator, cst.And) else "or", tuple(parts))
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        target = expr.comparisons[0]
+        left, right = expr.left, target.comparator
+        if _literal(left) is not _UNREAD and _literal(right) is _UNREAD:
+            left, right = right, left
+        name = dotted_name(left) if isinstance(left, cst.Attribute) else None
+        value = _literal(right)
+        if name is None or value is _UNREAD or not _class_flag(guard, function, class_def, name):
+            return _UNREAD
+        if isinstance(target.operator, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)):
+            eq = ("eq", name, value)
+            return ("not", eq) if isinstance(target.operator, (cst.NotEqual, cst.IsNot)) else eq
+    return _UNREAD
+
+
+def excludes_value(ctx: Context, subject: str, literal: str) -> bool:
+    """The tests around ``ctx`` say ``subject`` (a name or attribute, ``device.type``) is not
+    the string ``literal`` there: after ``if device.type != "cuda": raise ...``,
+    ``device.type == "cpu"`` cannot hold."""
+    formulas = [f for f in (_guard_formula(g, ctx.function) for g in ctx.guards) if f is not None]
+    if not formulas:
+        return False
+    return not _satisfiable(formulas + [("eq", subject, ("str", literal))])
+
+
+def class_flags_contradict(a: Context, b: Context) -> bool:
+    """``a`` and ``b`` are in different methods of one class, and the tests around them read
+    an instance flag set once in ``__init__`` (``if self.is_fsdp:`` in ``__init__`` around
+    the wrap, ``else:`` of ``if self.is_fsdp:`` around a clip in another method) in ways that
+    cannot both hold: on one instance at most one of the two statements runs."""
+    if a.function is b.function or a.class_def is None or a.class_def is not b.class_def:
+        return False
+    formulas = []
+    for ctx in (a, b):
+        for guard in ctx.guards:
+            found = _class_formula(guard.node.test, guard, ctx.function, a.class_def)
+            if found is not _UNREAD:
+                formulas.append(found if guard.branch == "body" else ("not", found))
+    if len(formulas) < 2:
+        return False
+    return not _satisfiable(formulas)
+
+
+def _satisfiable(formulas) -> bool:
+    atoms: Set[str] = set()
+    subjects: Dict[str, Set[object]] = {}
+    for formula in formulas:
+        _atoms(formula, atoms, subjects)
+    atom_list = sorted(atoms)
+    subject_list = sorted(subjects)
+    choices = [sorted(subjects[s], key=repr) + [None] for s in subject_list]
+    cases = 2 ** len(atom_list)
+    for options in choices:
+        cases *= len(options)
+    if cases > _MAX_CASES:
+        return True
+    for values in itertools.product((False, True), repeat=len(atom_list)):
+        truth = dict(zip(atom_list, values))
+        for picked in itertools.product(*choices):
+            chosen = dict(zip(subject_list, picked))
+            if all(_holds(f, truth, chosen) for f in formulas):
+                return True
+    return False
+
+
 _TYPE_TESTS = frozenset({"isinstance", "hasattr", "type", "issubclass"})
 
 

@@ -28,6 +28,7 @@ from fsdp_lint.facts.helper_summary import Helper, argument as helper_argument, 
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import argument_for, function_info, lookup
+from fsdp_lint.facts.conditions import excludes_value
 from fsdp_lint.facts.values import UNKNOWN, first_positional, keyword_args, literal_bool, literal_string
 
 
@@ -551,7 +552,8 @@ def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
         elif UNKNOWN in answers or not offload_arg.sources.complete:
             offload = UNKNOWN
     device = argument(facts, origin, "device_id")
-    cpu_device = device.known and any(is_cpu_device(facts, s) for s in device.sources.found)
+    cpu_device = device.known and any(is_cpu_device(facts, s) for s in device.sources.found) \
+        and not _device_tested_not_cpu(origin)
     cpu_device_always = cpu_device and device.sources.complete and all(
         is_cpu_device(facts, s) for s in device.sources.found
     )
@@ -573,6 +575,15 @@ def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
             if names is not None:
                 sharding = names or {"FULL_SHARD"}
     return WrapConfig(offload, offload_node, cpu_device, use_orig, sharding, cpu_device_always)
+
+
+def _device_tested_not_cpu(origin: Origin) -> bool:
+    """The tests around the construction say its ``device_id`` is not a CPU device there:
+    ``if device.type != "cuda": raise ...`` before ``FSDP(m, device_id=device)``."""
+    site = origin.wrap.site
+    value = keyword_args(site.node).get("device_id")
+    name = dotted_name(value.value) if value is not None else None
+    return name is not None and excludes_value(site.ctx, name + ".type", "cpu")
 
 
 def has_nested_units(facts: ModuleFacts, origin: Origin) -> bool:

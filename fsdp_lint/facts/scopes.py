@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
+from fsdp_lint.facts.conditions import class_flags_contradict
 from fsdp_lint.facts.flow import exclusive, on_every_path, reaching
 from fsdp_lint.facts.model import Binding, CallSite, Context, FunctionInfo, ModuleFacts
 
@@ -132,7 +133,8 @@ def _attribute_bindings(facts: ModuleFacts, bindings: List[Binding], ctx: Contex
             continue
         places = runs_in(facts, binding.ctx, ctx.function)
         if places is None:
-            found.append(binding)  # another method: it may have run before
+            if not class_flags_contradict(binding.ctx, ctx):  # ``if self.is_fsdp:`` in both
+                found.append(binding)  # another method: it may have run before
         elif any(done < order and not exclusive(place, ctx) for place, done in places):
             found.append(binding)
     return found

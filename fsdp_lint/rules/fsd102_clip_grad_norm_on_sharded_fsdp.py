@@ -36,7 +36,8 @@ a variable, module constant, config function or dict of this file (`STRATEGIES.g
 ShardingStrategy.FULL_SHARD)`: any of its values); one of the strategies must shard. Not
 where a branch around the call tests what the module is (`isinstance(model, FSDP)`,
 `hasattr(model, "clip_grad_norm_")`), nor in a branch exclusive with the wrap's (`if not
-use_fsdp:`). Not for FSDP2 (`fully_shard`), where the gradients are DTensors and
+use_fsdp:`; in a class, the `else` of `if self.is_fsdp:` where `__init__` sets the flag once
+and wraps under it). Not for FSDP2 (`fully_shard`), where the gradients are DTensors and
 `torch.nn.utils.clip_grad_norm_` is correct, nor for `NO_SHARD`.
 
 ## Why is this bad?
