@@ -57,6 +57,8 @@ LIBRARY_GATHERS = frozenset(
 DTENSOR_COLLECTIVES = DTENSOR_GATHERS
 FSDP_OPTIM_STATE = frozenset({"optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict"})
 _WRAP_WORDS = ("shard", "fsdp", "wrap", "parallelize")
+# ... but not a checkpoint helper named for the sharded model it takes (``save_sharded_checkpoint``)
+_NOT_WRAP_WORDS = ("save", "load", "checkpoint", "ckpt", "state", "unwrap", "gather", "export")
 
 
 GATHER_ADVICE = "gather on every rank, then save under the rank test"
@@ -92,19 +94,31 @@ def _model_arg(call: cst.Call) -> Optional[cst.BaseExpression]:
 
 def sharded_later(facts: ModuleFacts, expr: Optional[cst.BaseExpression], site: CallSite) -> bool:
     """``expr`` is handed to a wrapping call later in the same function (``fully_shard(model)``,
-    ``FSDP(model)``, or a helper named for it: ``prepare_fully_shard(model)``,
-    ``apply_fsdp(model)``, ``shard_model(model)``): at ``site`` it is not sharded yet."""
+    ``FSDP(model)``, a helper of this file or the project that shards it (``fsdp_modules``),
+    or a function named for it whose sharding may be out of sight: ``prepare_fully_shard(model)``,
+    ``apply_fsdp(model)``, ``shard_model(model)``, not ``save_sharded_checkpoint(model)``): at
+    ``site`` it is not sharded yet."""
     name = dotted_name(expr) if expr is not None else None
     if name is None:
         return False
+    modules = fsdp_modules(facts)
+    known = facts.cached("wrap_call_ids", lambda f: {id(w.site.node) for w in modules.wraps + modules.fsdp2_wraps})
     for later in facts.calls:
         if later.order <= site.order or later.ctx.function is not site.ctx.function:
             continue
-        callee = (dotted_name(later.node.func) or "").rsplit(".", 1)[-1].lower()
-        qualname = facts.qualname(later.node.func)
-        wraps = qualname in torch_api.FSDP_CLASS or qualname in torch_api.FULLY_SHARD or any(w in callee for w in _WRAP_WORDS)
-        if wraps and any(dotted_name(a.value) == name for a in later.node.args):
-            return True
+        if not any(dotted_name(a.value) == name for a in later.node.args):
+            continue
+        if id(later.node) in known:
+            return True  # ``FSDP(model)``, ``fully_shard(model)``, a helper of the file or project that shards it
+        func = later.node.func
+        dotted = dotted_name(func) or ""
+        if isinstance(func, cst.Name) and func.value in facts.functions:
+            bodies = {id(info.node) for info in facts.functions[func.value]}
+            if any(id(w.site.ctx.function) in bodies for w in modules.wraps + modules.fsdp2_wraps):
+                return True  # a helper of this file that wraps or shards (``return FSDP(model, ...)``)
+        callee = dotted.rsplit(".", 1)[-1].lower()
+        if any(w in callee for w in _WRAP_WORDS) and not any(w in callee for w in _NOT_WRAP_WORDS):
+            return True  # ``apply_fsdp(model)``, ``prepare_fully_shard(model)`` (its sharding may be out of sight)
     return False
 
 
