@@ -1,5 +1,6 @@
 """Module casts and the dtypes they name: ``m.half()``, ``m.bfloat16()``, ``m.to(torch.bfloat16)``,
-``m.to(device, dtype=...)``, and ``from_pretrained(..., torch_dtype=torch.bfloat16)``.
+``m.to(device, dtype=...)``, and ``from_pretrained(..., torch_dtype=torch.bfloat16)`` /
+``from_config(config, torch_dtype=...)``.
 
 ``module_casts`` lists them once per module (FSD107: a cast after a wrap; FSD113: a cast to
 the mixed-precision policy's own ``param_dtype`` before ``fully_shard``).
@@ -86,10 +87,11 @@ def _compute(facts: ModuleFacts) -> List[Cast]:
 
 
 def loaded_dtype(facts: ModuleFacts, call) -> Optional[str]:
-    """``X.from_pretrained(..., torch_dtype=torch.bfloat16)`` (or ``dtype=``): the dtype the
+    """``X.from_pretrained(..., torch_dtype=torch.bfloat16)`` or ``X.from_config(config,
+    torch_dtype=...)`` (or ``dtype=``): the dtype the
     loaded model's weights have; None otherwise."""
     func = getattr(call, "func", None)
-    if getattr(getattr(func, "attr", None), "value", None) != "from_pretrained":
+    if getattr(getattr(func, "attr", None), "value", None) not in ("from_pretrained", "from_config"):
         return None
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value in ("torch_dtype", "dtype"):

@@ -27,7 +27,8 @@ Checks for `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=D))` w
 `torch.bfloat16` or `torch.float16`, where `model`'s weights were already cast to `D` before
 the sharding: `model.to(torch.bfloat16)`, `model.bfloat16()`, `model.half()`, or
 `model.to(device, dtype=torch.bfloat16)` in place, or
-`model = X.from_pretrained(..., torch_dtype=torch.bfloat16)`, on a path that reaches the
+`model = X.from_pretrained(..., torch_dtype=torch.bfloat16)` (or `X.from_config(config,
+torch_dtype=...)`), on a path that reaches the
 `fully_shard` without re-binding `model` (a re-binding in a branch exclusive with the
 `fully_shard`, or on another path, leaves the cast reaching it). A layer sharded in a loop
 over the cast model's modules (`for layer in model.model.layers: fully_shard(layer, ...)`)
@@ -140,5 +141,5 @@ def _cast_before(facts: ModuleFacts, wrap, dtype):
         return f"`{facts.module.code_for_node(cast.site.node)}`", cast.site.node
     latest = latest_binding(facts, name, wrap.site.ctx, wrap.site.order)
     if latest is not None and isinstance(latest.value, cst.Call) and loaded_dtype(facts, latest.value) == dtype:
-        return "`from_pretrained(..., torch_dtype=...)`", latest.value
+        return f"`{latest.value.func.attr.value}(..., torch_dtype=...)`", latest.value
     return None
