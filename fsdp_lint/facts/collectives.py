@@ -257,6 +257,13 @@ def _fsdp2_nested(facts: ModuleFacts, root) -> bool:
     return False
 
 
+def _frees_after_forward(facts: ModuleFacts, origin: Origin) -> bool:
+    """An FSDP1 construction with nested units and a strategy (one it may have, read) that
+    frees their parameters after each forward."""
+    sharding = wrap_config(facts, origin).sharding
+    return sharding is not UNKNOWN and bool(sharding & RESHARD_AFTER_FORWARD) and has_nested_units(facts, origin)
+
+
 def may_forward_gather(facts: ModuleFacts) -> bool:
     """Some construction of the file is one whose forward ``forward_gathers`` counts: an
     FSDP1 wrap with nested units and a strategy that reshards after forward, or a
@@ -266,14 +273,7 @@ def may_forward_gather(facts: ModuleFacts) -> bool:
         for wrap in modules.fsdp2_wraps:
             if _fsdp2_nested(f, Origin(wrap)):
                 return True
-        for wrap in modules.wraps:
-            if wrap.fsdp2:
-                continue
-            origin = Origin(wrap)
-            sharding = wrap_config(f, origin).sharding
-            if sharding is not UNKNOWN and sharding & RESHARD_AFTER_FORWARD and has_nested_units(f, origin):
-                return True
-        return False
+        return any(_frees_after_forward(f, Origin(wrap)) for wrap in modules.wraps if not wrap.fsdp2)
 
     return facts.cached("may_forward_gather", compute)
 
@@ -300,11 +300,7 @@ def forward_gathers(facts: ModuleFacts, module: cst.BaseExpression, site: CallSi
     found = origins_with_callers(facts, module, site.ctx, site.order)
     if any(_fsdp2_nested(facts, o) for o in found.fsdp2):
         return True
-    for origin in found.fsdp1 + found.inner:
-        sharding = wrap_config(facts, origin).sharding
-        if sharding is not UNKNOWN and sharding & RESHARD_AFTER_FORWARD and has_nested_units(facts, origin):
-            return True
-    return False
+    return any(_frees_after_forward(facts, origin) for origin in found.fsdp1 + found.inner)
 
 
 def not_sharded_here(facts: ModuleFacts, model, site: CallSite) -> bool:

@@ -202,25 +202,7 @@ def conditions_contradict(a: Context, b: Context) -> bool:
             formulas.append(found)
     if len(formulas) < 2:
         return False
-    atoms: Set[str] = set()
-    subjects: Dict[str, Set[object]] = {}
-    for formula in formulas:
-        _atoms(formula, atoms, subjects)
-    atom_list = sorted(atoms)
-    subject_list = sorted(subjects)
-    choices = [sorted(subjects[s], key=repr) + [None] for s in subject_list]  # None: another value
-    cases = 2 ** len(atom_list)
-    for options in choices:
-        cases *= len(options)
-    if cases > _MAX_CASES:
-        return False
-    for values in itertools.product((False, True), repeat=len(atom_list)):
-        truth = dict(zip(atom_list, values))
-        for picked in itertools.product(*choices):
-            chosen = dict(zip(subject_list, picked))
-            if all(_holds(f, truth, chosen) for f in formulas):
-                return False
-    return True
+    return not _satisfiable(formulas)
 
 
 def _class_flag(guard: Guard, function, class_def, name: str) -> bool:
@@ -300,13 +282,15 @@ def class_flags_contradict(a: Context, b: Context) -> bool:
 
 
 def _satisfiable(formulas) -> bool:
+    """Some truth of the atoms and some value of each subject make every formula hold (also
+    when there are too many cases to try: nothing is concluded then)."""
     atoms: Set[str] = set()
     subjects: Dict[str, Set[object]] = {}
     for formula in formulas:
         _atoms(formula, atoms, subjects)
     atom_list = sorted(atoms)
     subject_list = sorted(subjects)
-    choices = [sorted(subjects[s], key=repr) + [None] for s in subject_list]
+    choices = [sorted(subjects[s], key=repr) + [None] for s in subject_list]  # None: another value
     cases = 2 ** len(atom_list)
     for options in choices:
         cases *= len(options)

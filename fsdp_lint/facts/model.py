@@ -26,6 +26,7 @@ class BindingIndex:
         self._facts = facts
         self._by: Optional[Dict[Tuple[int, str], List["Binding"]]] = None
         self._handed: Optional[Dict[int, Set[str]]] = None
+        self._rewrites: Optional[List[int]] = None  # orders of ``exec(...)`` / ``globals()`` calls
         self.formulas: Dict[Tuple[int, int], object] = {}  # ``conditions``: each guard's test, read once
 
     def of(self, function, name: str) -> List["Binding"]:
@@ -41,15 +42,13 @@ class BindingIndex:
         ``exec(...)`` (nanoGPT's ``exec(open("configurator.py").read())`` overrides
         ``use_fsdp = False`` from the command line) or a call on ``globals()``
         (``globals().update(cfg)``)."""
-        found = self.formulas.get(("globals_rewritten",))
-        if found is None:
-            found = [
+        if self._rewrites is None:
+            self._rewrites = [
                 site.order for site in self._facts.calls
                 if isinstance(site.node.func, cst.Name) and site.node.func.value in ("exec", "globals")
                 and self._facts.qualname(site.node.func) is None
             ]
-            self.formulas[("globals_rewritten",)] = found
-        return any(at > order for at in found)
+        return any(at > order for at in self._rewrites)
 
     def changed_in_place(self, function, name: str) -> bool:
         """``function`` hands the object ``name`` holds to something that may change it: a
