@@ -346,7 +346,7 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
         return Collective(f"`{site.attr}` of a DTensor (a collective over its mesh)",
                           advice="compute it on every rank before the rank test, then read the result under it")
     if not qualname and isinstance(func, (cst.Name, cst.Attribute)) and forward_gathers(facts, func, site):
-        return Collective(f"the forward of `{facts.module.code_for_node(func)}` (its FSDP units all-gather their "
+        return Collective(f"the forward of `{dotted_name(func)}` (its FSDP units all-gather their "
                           "parameters and free them again)", advice=FORWARD_ADVICE,
                           balanced_by=FORWARD_KEY + dotted_name(func))
     if qualname in LIBRARY_GATHERS:

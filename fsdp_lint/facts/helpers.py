@@ -373,7 +373,7 @@ class _Summarizer:
                     first = first or site.node
                 continue
             if forward_gathers(facts, func, site):
-                helper.collective = (f"the forward of `{facts.module.code_for_node(func)}` (its FSDP units "
+                helper.collective = (f"the forward of `{dotted_name(func)}` (its FSDP units "
                                      "all-gather their parameters and free them again)")
                 helper.collective_at, helper.advice, helper.forward = site.node, FORWARD_ADVICE, True
                 return
