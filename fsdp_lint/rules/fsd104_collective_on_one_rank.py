@@ -15,7 +15,7 @@ class CollectiveOnOneRank(Rule):
     code = "FSD104"
     name = "collective-on-one-rank"
     summary = (
-        "a collective (full state dict or its load, `summon_full_params`, `torch.distributed`, accelerate/Lightning/transformers save and gather calls) called only under a rank test: hang"
+        "a collective (full state dict or its load, `summon_full_params`, a forward of a model sharded into nested units, `torch.distributed`, accelerate/Lightning/transformers save and gather calls) called only under a rank test: hang"
     )
     fix_availability = FIX_NEVER
     markers = (
