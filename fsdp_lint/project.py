@@ -8,7 +8,8 @@ answers, through that file's own imports, the summary of a project function
 file's own facts (``facts.helpers.summaries``, the facts every rule reads).
 
 - The project root is found as ruff finds it (``launch.project_root``: the nearest
-  ``pyproject.toml``, else ``.git``); a file in no project has no index.
+  ``pyproject.toml``, else ``.git``, else the working directory or the file's folder):
+  a folder of scripts without either still has its index.
 - An import resolves to a file of the project: relative imports from the importing
   file's package, absolute ones from the importing file's folder (a script's
   ``sys.path[0]``), the top of its package, the root and ``src/`` (``src`` layouts); a
@@ -251,7 +252,7 @@ class ProjectIndex:
 
     def __init__(self, cache_dir: Optional[str] = None) -> None:
         self.cache_dir = cache_dir
-        self._roots: Dict[str, Optional[str]] = {}
+        self._roots: Dict[str, str] = {}
         self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
         self._exists: Dict[str, bool] = {}
         self._packages: Dict[str, str] = {}
@@ -278,10 +279,7 @@ class ProjectIndex:
         folder = os.path.dirname(path)
         if folder not in self._roots:
             self._roots[folder] = project_root(path)
-        root = self._roots[folder]
-        if root is None:
-            return None
-        return ProjectView(self, path, root)
+        return ProjectView(self, path, self._roots[folder])
 
     # -- files and summaries ----------------------------------------------------------------
     def _is_file(self, path: str) -> bool:
@@ -429,16 +427,15 @@ class ProjectIndex:
             return memo[1]
         root = project_root(script)
         seen: Dict[str, None] = {}
-        if root is not None:
-            layer = [script]
-            for _ in range(MAX_REACH_DEPTH):
-                following = []
-                for path in layer:
-                    for target in self._direct_imports(path, root):
-                        if target not in seen and target != script and len(seen) < MAX_REACH_FILES:
-                            seen[target] = None
-                            following.append(target)
-                layer = following
+        layer = [script]
+        for _ in range(MAX_REACH_DEPTH):
+            following = []
+            for path in layer:
+                for target in self._direct_imports(path, root):
+                    if target not in seen and target != script and len(seen) < MAX_REACH_FILES:
+                        seen[target] = None
+                        following.append(target)
+            layer = following
         found = frozenset(seen)
         self._reach[script] = (key, found)
         return found

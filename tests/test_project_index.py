@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from fsdp_lint.check import Settings
 from fsdp_lint.project import ProjectIndex, summarize_text
 from fsdp_lint.server.linting import lint_document
@@ -128,6 +130,31 @@ def test_a_change_to_a_helper_invalidates_the_cached_findings(tmp_path):
     assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first
     (root / "helpers.py").write_text(GUARDED)  # gathers on every call: still a hang under the rank test
     assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first
+
+
+def test_a_folder_of_scripts_without_project_markers_has_its_index(tmp_path):
+    """No ``pyproject.toml`` or ``.git`` (an unpacked archive): the run still reads the
+    helpers the script imports, whether it starts in the folder or above it."""
+    if any((parent / marker).exists() for parent in tmp_path.parents for marker in ("pyproject.toml", ".git")):
+        pytest.skip("the temporary folder lies inside a project")
+    root = _project(tmp_path / "scripts", {"train.py": TRAIN, "helpers.py": HELPER})
+    assert _cli("--no-cache", "train.py", cwd=root) == [(13, "FSD104")]
+    assert _cli("--no-cache", "scripts", cwd=tmp_path) == [(13, "FSD104")]
+
+
+def test_a_wrap_helper_given_a_model_built_in_its_call(tmp_path):
+    """``model = setup_fsdp(build_model(cfg))``: the helper's FSDP1 wrap holds a module
+    no name names, and ``model`` is that wrap (as ``model = FSDP(build_model(cfg))`` is)."""
+    wrap = FSDP_HEADER + "def setup_fsdp(module):\n    return FSDP(module, device_id=torch.cuda.current_device())\n"
+    train = FSDP_HEADER + (
+        "from dist_utils import setup_fsdp\nfrom nets import build_model\n\n\n"
+        "def main(cfg):\n    model = setup_fsdp(build_model(cfg))\n"
+        "    if dist.get_rank() == 0:\n        torch.save(model.state_dict(), 'model.pt')\n"
+    )
+    root = _project(tmp_path, {"pyproject.toml": "", "train.py": train, "dist_utils.py": wrap})
+    assert _cli("--no-cache", "train.py", cwd=root) == [(13, "FSD104")]
+    (root / "train.py").write_text(train.replace("setup_fsdp(build_model(cfg))", "setup_fsdp()"))
+    assert _cli("--no-cache", "train.py", cwd=root) == []  # the call passes no module: no wrap
 
 
 def test_the_language_server_sees_the_project_too():
