@@ -247,3 +247,20 @@ def test_a_helper_returning_an_fsdp1_wrap_carries_its_configuration():
     assert (found["named"]["wraps"], found["named"]["wrap_offload"], found["named"]["wrap_orig_params"],
             found["named"]["wrap_sharding"]) == ("module", False, True, ("NO_SHARD",))
     assert found["chosen"]["wrap_offload"] is None and found["chosen"]["kinds"] == ("wraps",)  # read from an argument
+    # a wrap of a module the helper reaches itself (not its parameter as passed): the caller
+    # gets an FSDP1 module all the same, of no name of its own
+    assert {name for name, data in found.items() if data["wrap_built"]} == {"other"}
+    assert found["other"]["kinds"] == ("wraps",) and "maybe" not in found  # not on every path: nothing to say
+
+
+def test_a_factory_returning_an_fsdp1_wrap_of_its_own_model():
+    found = _functions(
+        "from torch.distributed.fsdp import CPUOffload\nfrom nets import Encoder\n\n\n"
+        "def build(cfg):\n    encoder = Encoder(cfg.dim)\n    if cfg.ckpt:\n        encoder.load_state_dict(torch.load(cfg.ckpt))\n"
+        "    return FSDP(encoder, cpu_offload=CPUOffload(offload_params=True))\n\n\n"
+        "def build_sometimes(cfg):\n    encoder = Encoder(cfg.dim)\n    if cfg.fsdp:\n        encoder = FSDP(encoder)\n"
+        "    return encoder\n"
+    )
+    assert (found["build"]["wraps"], found["build"]["wrap_built"], found["build"]["wrap_offload"],
+            found["build"]["kinds"]) == (None, True, True, ("wraps", "offloads"))
+    assert "build_sometimes" not in found or not found["build_sometimes"]["wrap_built"]

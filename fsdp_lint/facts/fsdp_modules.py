@@ -210,16 +210,19 @@ def _project_shard(facts: ModuleFacts, site: CallSite, targets, fsdp2_wraps: Lis
 def _project_wrap(facts: ModuleFacts, site: CallSite, targets, wraps: List[FsdpWrap], fsdp1: Set[str]) -> bool:
     """``model = wrap_model(model, cfg)`` where the project function ``wrap_model`` of
     another file returns its parameter wrapped in FSDP1 (``Helper.wraps``): an FSDP1 wrap
-    of that argument, configured as the summary says (``wrap_config``).  The argument may
+    of that argument (``model = build_fsdp_model(cfg)``, ``Helper.wrap_built``: of a
+    module no name of this file holds), configured as the summary says (``wrap_config``).  The argument may
     be any expression (``wrap_model(build_model(cfg), cfg)``: a wrap of no name, as
     ``FSDP(Net())`` is); a call that does not pass it is no wrap."""
     helper = project_helper(facts, site.node.func)
-    if helper is None or helper.wraps is None:
+    if helper is None or (helper.wraps is None and not helper.wrap_built):
         return False
-    argument = helper_argument(helper, site.node, helper.wraps)
-    if argument is None:
-        return False
-    passed = dotted_name(argument)
+    passed = None
+    if not helper.wrap_built:
+        argument = helper_argument(helper, site.node, helper.wraps)
+        if argument is None:
+            return False
+        passed = dotted_name(argument)
     wrap = FsdpWrap(site, targets.get(id(site.node)), passed, {}, elsewhere=helper.place(helper.wrap_at, None),
                     summary=helper)
     wraps.append(wrap)

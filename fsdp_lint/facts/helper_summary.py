@@ -20,8 +20,9 @@ own body, under no ``if``, loop, conditional expression, ``and``/``or`` or lambd
   the path its parameter ``save_path`` gives (None: a path of its own, not per rank);
 - ``builds_optimizer``: it builds an optimizer;
 - ``wraps``: the parameter it returns wrapped in FSDP1 (``return FSDP(model, ...)``, on
-  every call, every ``return`` that wrap), with that wrap's configuration where it is
-  the same on every path (``wrap_offload``: ``cpu_offload=CPUOffload(offload_params=True)``;
+  every call, every ``return`` that wrap), or ``wrap_built``: it returns so a module of
+  its own making (``return FSDP(Net(cfg), ...)``), each with that wrap's configuration
+  where it is the same on every path (``wrap_offload``: ``cpu_offload=CPUOffload(offload_params=True)``;
   ``wrap_orig_params``; ``wrap_sharding``: the ``ShardingStrategy`` members it may be; None:
   not known here, e.g. read from the helper's own arguments).
 
@@ -59,6 +60,7 @@ class Helper:
     save_path: Optional[str] = None
     builds_optimizer: bool = False
     wraps: Optional[str] = None
+    wrap_built: bool = False  # it returns an FSDP1 wrap of a module it builds (no parameter of it)
     wrap_at: object = None
     wrap_offload: Optional[bool] = None
     wrap_orig_params: Optional[bool] = None
@@ -100,7 +102,7 @@ def kinds_of(helper: Helper) -> Tuple[str, ...]:
         found.append("shards")
     if helper.saves:
         found.append("saves")
-    if helper.wraps is not None:
+    if helper.wraps is not None or helper.wrap_built:
         found.append("wraps")
         if helper.wrap_offload:
             found.append("offloads")

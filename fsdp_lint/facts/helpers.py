@@ -283,8 +283,9 @@ class _Summarizer:
     def _returned_wrap(self, info: FunctionInfo, helper: Helper) -> None:
         """``def wrap_model(model, cfg): ...; return FSDP(model, cpu_offload=...)``: every
         ``return`` of the helper gives the one FSDP1 wrap of its parameter, built on every
-        call; the wrap's configuration as ``fsdp_modules.wrap_config`` reads it, each value
-        kept where it is known."""
+        call (or, ``def build_fsdp_model(cfg): return FSDP(Net(cfg), ...)``, of a module it
+        builds itself: ``wrap_built``); the wrap's configuration as
+        ``fsdp_modules.wrap_config`` reads it, each value kept where it is known."""
         facts = self.facts
         modules = fsdp_modules(facts)
         returns = [r for r in facts.returns if r.ctx.function is info.node]
@@ -304,10 +305,8 @@ class _Summarizer:
         if site.ctx.function is not info.node or not _always_reached(site) or _in_handler(self.facts, info.node, site.ctx.statement):
             return
         param = _param(facts, info, found.wrapped, site)
-        if param is None:
-            return
         config = wrap_config(facts, Origin(found))
-        helper.wraps, helper.wrap_at = param, site.node
+        helper.wraps, helper.wrap_built, helper.wrap_at = param, param is None, site.node
         helper.wrap_offload = config.offload if config.offload in (True, False) else None
         helper.wrap_orig_params = config.use_orig_params if config.use_orig_params in (True, False) else None
         helper.wrap_sharding = tuple(sorted(config.sharding)) if isinstance(config.sharding, set) else None

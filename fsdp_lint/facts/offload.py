@@ -45,6 +45,8 @@ class OffloadEvidence:
     # the model's own construction says so on every path (not a conditional device, not
     # another model's configuration): what a safe fix may rest on
     certain: bool = False
+    # module-level evidence written in a project helper's file (``FsdpWrap.elsewhere``)
+    elsewhere: str = ""
 
 
 def _compute(facts: ModuleFacts) -> List[OffloadEvidence]:
@@ -106,9 +108,14 @@ def params_on_cpu(facts: ModuleFacts, expr, ctx, order: int) -> List[OffloadEvid
     # the file passes itself (``FSDP(ref, cpu_offload=CPUOffload(...))`` configures ``ref``)
     own = {id(o.wrap) for o in found.wraps}
     others = _argument_nodes(facts, own) if found.wraps else set()
-    return [OffloadEvidence(e.kind, e.node) for e in cpu_param_evidence(facts)
+    return [OffloadEvidence(e.kind, e.node, elsewhere=_configured_elsewhere(e)) for e in cpu_param_evidence(facts)
             if id(e.node) not in others and (e.wrap is None or not found.wraps or id(e.wrap) in own)
             and _reaches(facts, e, ctx, strict=_built_here(facts, expr, ctx, order))]
+
+
+def _configured_elsewhere(evidence: OffloadEvidence) -> str:
+    wrap = evidence.wrap
+    return wrap.elsewhere if wrap is not None and wrap.elsewhere and evidence.node is wrap.site.node else ""
 
 
 def _built_here(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:

@@ -138,6 +138,8 @@ applied only with `--unsafe-fixes`. A summon that is not entered by a `with` sta
             where = f"{evidence.kind}, line {report.row(evidence.node)}"
             if evidence.wrap is not None and evidence.wrap.elsewhere and evidence.node is evidence.wrap.site.node:
                 where = f"{evidence.kind}, in {evidence.wrap.elsewhere}"  # configured in the helper's file
+            elif evidence.elsewhere:
+                where = f"{evidence.kind}, in {evidence.elsewhere} through line {report.row(evidence.node)}"
             if evidence.wrap is not None:
                 model = summon.module_expr
                 name = facts.module.code_for_node(model) if model is not None else "the model"
