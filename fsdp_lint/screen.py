@@ -54,8 +54,6 @@ from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
 from fsdp_lint.facts.dtensors import GATHERS
-from fsdp_lint.facts.dtypes import CAST_METHODS, TORCH_DTYPES
-from fsdp_lint.facts.fsdp_modules import names_a_model
 
 _WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD
 _GATHERS = LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS
@@ -996,73 +994,9 @@ def _from_fsdp1(s: Summary, expr: ast.AST, call: ast.Call) -> bool:
     return s.flow("fsdp1", lambda n: _is_fsdp1_wrap(s, n)).may_reach([expr], s.call_frames[id(call)], entered=True)
 
 
-def _casts(s: Summary, call: ast.Call) -> bool:
-    """``_casts_dtype``: ``.to(dtype)``; ``.half()`` and the like without arguments."""
-    func = call.func
-    if func.attr != "to":
-        return not call.args and not call.keywords
-    return any(k.arg == "dtype" for k in call.keywords) or any(
-        type(a) is not ast.Starred and not s.qualnames(a).isdisjoint(TORCH_DTYPES) for a in call.args
-    )
-
-
-
-def _fsd107(s: Summary) -> Iterator[ast.AST]:
-    # a cast of a name an FSDP wrap binds (FSDP2: or takes), in the wrap's function (an
-    # attribute: anywhere)
-    wraps = s.wraps()
-    if not wraps:
-        return
-    anywhere = set().union(*(names for _, _, _, names in wraps))
-    for key, frame in s.frames.items():
-        local = None
-        for call in frame.calls:
-            func = call.func
-            if type(func) is not ast.Attribute or (func.attr not in CAST_METHODS and func.attr != "to"):
-                continue
-            receiver = _dotted(func.value)
-            if receiver is None or receiver not in anywhere or not _casts(s, call):
-                continue
-            if "." in receiver:
-                yield call
-                continue
-            if local is None:
-                local = set().union(*(names for k, _, _, names in wraps if k == key))
-            if receiver in local:
-                yield call
-
-
-
-def _fsd108(s: Summary) -> Iterator[ast.AST]:
-    # a save in a function that sets up FSDP or the process group, in a file using FSDP
-    wraps = s.wraps()
-    launched = s.launched and s.imports_from("accelerate")  # ``frameworks.launched_prepares``
-    if not wraps and not s.imports_from(torch_api.FSDP_PACKAGE) and not launched:
-        return
-    wrapped = set().union(*(names for _, _, _, names in wraps)) | s.fsdp1_annotated()
-    wrapping = {key for key, _, _, _ in wraps}
-    for key, frame in s.frames.items():
-        if key not in wrapping and not any(
-                not s.qualnames(c.func).isdisjoint(torch_api.INIT_PROCESS_GROUP | _WRAPS)
-                or any(torch_api.is_fsdp_api(q) for q in s.qualnames(c.func)) for c in frame.calls) and not (
-                launched and any(_last(c.func) == "prepare" for c in frame.calls)):
-            continue
-        for call in frame.calls:
-            if not s.qualnames(call.func).isdisjoint(_SAVES) or "saves" in s.helper_kinds(call):
-                yield call
-                continue
-            func = call.func
-            if type(func) is ast.Attribute and func.attr == "save_pretrained":
-                receiver = _dotted(func.value)
-                if receiver is not None and names_a_model(receiver, wrapped):
-                    yield call
-
-
 _SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
     "FSD101": _fsd101,
     "FSD104": _fsd104,
-    "FSD107": _fsd107,
-    "FSD108": _fsd108,
 }
 
 
@@ -1071,6 +1005,8 @@ _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
     "fsdp2_wrap": lambda s: s.fsdp2_wraps(),
     "fsdp_wrap": lambda s: bool(s.wraps()),
     "fsdp1_model": lambda s: bool(s.fsdp1_wraps() or s.fsdp1_annotated()),
+    "fsdp_program": lambda s: bool(s.wraps()) or s.imports_from(torch_api.FSDP_PACKAGE)
+    or (s.launched and s.imports_from("accelerate")),  # ``frameworks.launched_prepares``
     "cpu_offload_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _project_offloads(s),
     "cpu_string": lambda s: _cpu_string(s),
     "params_on_cpu_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_string(s)
@@ -1091,6 +1027,49 @@ _TORCH_CALLS: Dict[str, Callable[[Summary], List[ast.Call]]] = {
 }
 
 
+def _receiver_wrapped(s: Summary, call: ast.Call) -> bool:
+    """``fsdp_modules``: the receiver of ``call`` is a name an FSDP wrap binds (FSDP2: or
+    takes) in the call's own function, or an attribute any wrap binds."""
+    func = call.func
+    receiver = _dotted(func.value) if type(func) is ast.Attribute else None
+    if receiver is None:
+        return False
+    key = s.call_frames[id(call)]
+    return any(receiver in names and ("." in receiver or frame == key) for frame, _, _, names in s.wraps())
+
+
+# ``Rule.gate_receiver``: what the receiver of a declared call must be
+_RECEIVERS: Dict[str, Callable[[Summary, ast.Call], bool]] = {
+    "": lambda s, call: True,
+    "wrapped": _receiver_wrapped,
+}
+
+
+def _wrapping_frames(s: Summary) -> Set[int]:
+    found = s._cache.get("wrapping_frames")
+    if found is None:
+        found = s._cache["wrapping_frames"] = {key for key, _, _, _ in s.wraps()}
+    return found
+
+
+# ``Rule.gate_anchors``: what a call of the finding's function may do, by its frame
+_ANCHORS: Dict[str, Callable[[Summary, int, ast.Call], bool]] = {
+    "process_group": lambda s, key, c: not s.qualnames(c.func).isdisjoint(torch_api.INIT_PROCESS_GROUP),
+    "fsdp_api": lambda s, key, c: any(torch_api.is_fsdp_api(q) for q in s.qualnames(c.func)),
+    "fsdp_wrap": lambda s, key, c: key in _wrapping_frames(s),
+    "launched_prepare": lambda s, key, c: s.launched and s.imports_from("accelerate") and _last(c.func) == "prepare",
+}
+
+
+def _anchored(s: Summary, call: ast.Call, anchors: Tuple[str, ...]) -> bool:
+    """The function of ``call`` (its frame) does one of ``anchors`` (``Rule.gate_anchors``)."""
+    key = s.call_frames[id(call)]
+    memo = s._cache.setdefault(("anchored", anchors), {})
+    if key not in memo:
+        memo[key] = any(_ANCHORS[a](s, key, c) for a in anchors for c in s.frames[key].calls)
+    return memo[key]
+
+
 def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
     """The screen of a rule that declares what can make it fire (``Rule.gate_facts``,
     ``gate_calls``, ``gate_arguments``, ``gate_names``) instead of having a hand-written
@@ -1100,12 +1079,21 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
     their own with ``gate_bare``) that may pass one of the declared arguments, or, with
     no calls declared, the file's wraps.  None for a rule that declares nothing (it is
     always kept)."""
-    facts, calls = tuple(rule.gate_facts), frozenset(rule.gate_calls)
+    facts, calls = tuple(rule.gate_facts), frozenset(rule.gate_calls) | frozenset(rule.gate_helper_kinds)
+    helper_kinds = frozenset(rule.gate_helper_kinds)
+    qualified = frozenset(c for c in rule.gate_calls if "." in c)
     arguments, names, bare = dict(rule.gate_arguments), frozenset(rule.gate_names), rule.gate_bare
+    receiver = rule.gate_receiver
+    if receiver not in _RECEIVERS:
+        raise ValueError(f"{rule.code}: unknown gate receiver {receiver!r} (known: {sorted(_RECEIVERS)})")
+    anchors = tuple(rule.gate_anchors)
+    unknown_anchors = [a for a in anchors if a not in _ANCHORS]
+    if unknown_anchors:
+        raise ValueError(f"{rule.code}: unknown gate anchors {unknown_anchors} (known: {sorted(_ANCHORS)})")
     if rule.gate_torch_only and not calls <= _TORCH_CALLS.keys():
         raise ValueError(f"{rule.code}: the gate cannot tell torch's calls of {sorted(calls - _TORCH_CALLS.keys())}")
     narrowed = sorted(calls) if rule.gate_torch_only else []
-    known = frozenset() if rule.gate_torch_only else calls
+    known = frozenset() if rule.gate_torch_only else frozenset(rule.gate_calls) - qualified
     if not facts and not calls:
         return None
     unknown = [f for f in facts if f not in _GATE_FACTS]
@@ -1119,11 +1107,14 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
             yield from (call for _, call, _, _ in s.wraps())
             return
         named = [call for frame in s.frames.values() for call in frame.calls if not known.isdisjoint(
-            {_last(call.func), *(q.rsplit(".", 1)[-1] for q in s.callee(call))})] if known else []
+            {_last(call.func), *(q.rsplit(".", 1)[-1] for q in s.callee(call))})
+            or (qualified and not qualified.isdisjoint(s.callee(call)))
+            or (helper_kinds and not helper_kinds.isdisjoint(s.helper_kinds(call)))] \
+            if known or qualified or helper_kinds else []
         for call in named + [call for name in narrowed for call in _TORCH_CALLS[name](s)]:
             if (not bare or id(call) in s.bare) and (
                 not arguments or any(_passes(s, call, name, index) for name, index in arguments.items())
-            ):
+            ) and _RECEIVERS[receiver](s, call) and (not anchors or _anchored(s, call, anchors)):
                 yield call
 
     return screen_of

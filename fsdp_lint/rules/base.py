@@ -121,15 +121,28 @@ class Rule:
     # finding needs ("fsdp2_wrap": a ``fully_shard`` the file shows, directly or through a
     # helper of the file or the project; "fsdp_wrap": an FSDP1 or FSDP2 wrap; "fsdp1_model":
     # an FSDP1 wrap, or a name annotated ``FullyShardedDataParallel``; "cpu_offload_named":
-    # the code names ``CPUOffload``/``CPUOffloadPolicy`` or calls a project helper that offloads);
-    # ``gate_calls``: names of functions or methods one of whose calls every finding needs;
+    # the code names ``CPUOffload``/``CPUOffloadPolicy`` or calls a project helper that offloads;
+    # "fsdp_program": the file imports ``torch.distributed.fsdp``, wraps a module, or an
+    # ``accelerate launch`` FSDP configuration starts it and it imports accelerate);
+    # ``gate_calls``: names of functions or methods one of whose calls every finding needs
+    # (a dotted name such as "torch.save": a call that may be that qualified name; a plain
+    # one: any call of a function or method of that name); ``gate_helper_kinds``: or a call
+    # of a helper of the file or the project that does one of these
+    # (``facts.helper_summary.kinds_of``: "saves", "collective", ...);
     # ``gate_torch_only``: those calls must be torch's own (as far as the gate can tell:
     # ``summon_full_params`` on an FSDP1 name), not a same-named method of another library;
     # ``gate_bare``: such a call standing alone as a statement (its value unused);
     # ``gate_arguments``: parameters of that call one of which every finding needs passed
     # (name -> its index among the call's positional arguments as written: by keyword, by
     # position, or in a ``**`` dict where the file names it); ``gate_names``: identifiers
-    # one of which every finding needs in the file's code; ``gate_sites``: every finding
+    # one of which every finding needs in the file's code; ``gate_receiver``: "wrapped",
+    # the call's receiver (``m`` of ``m.half()``) is a name an FSDP wrap of the file binds or
+    # (FSDP2) takes, in the call's own function (an attribute such as ``self.model``:
+    # anywhere); ``gate_anchors``: the call stands in a function (or the module-level code)
+    # that also does one of these ("process_group": ``init_process_group``; "fsdp_api": calls
+    # a ``torch.distributed.fsdp`` API; "fsdp_wrap": wraps or shards a module, also through a
+    # helper; "launched_prepare": ``prepare`` in a file an ``accelerate launch`` FSDP
+    # configuration starts); ``gate_sites``: every finding
     # stands in the function (or the module-level code) of one of those calls, so the calls
     # seed the slice of a large file, whose units hold whole functions and methods (else the
     # slice keeps its whole closure).
@@ -141,6 +154,9 @@ class Rule:
     gate_bare: ClassVar[bool] = False
     gate_arguments: ClassVar[Dict[str, int]] = {}
     gate_names: ClassVar[FrozenSet[str]] = frozenset()
+    gate_receiver: ClassVar[str] = ""
+    gate_helper_kinds: ClassVar[FrozenSet[str]] = frozenset()
+    gate_anchors: ClassVar[Tuple[str, ...]] = ()
     gate_sites: ClassVar[bool] = False
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}

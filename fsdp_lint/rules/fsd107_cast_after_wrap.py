@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fsdp_lint.facts.dtypes import module_casts
+from fsdp_lint.facts.dtypes import CAST_METHODS, module_casts
 from fsdp_lint.facts.fsdp_modules import fsdp_modules, wrap_line
 from fsdp_lint.facts.rebinding import rebound_between
 from fsdp_lint.facts.scopes import runs_before
@@ -20,6 +20,10 @@ class CastAfterWrap(Rule):
         ("FullyShardedDataParallel", "fully_shard"),
         (".to(", ".half(", ".bfloat16(", ".float(", ".double("),
     )
+    gate_facts = ("fsdp_wrap",)
+    gate_calls = CAST_METHODS | {"to"}
+    gate_receiver = "wrapped"
+    gate_sites = True  # the cast is the finding
     doc = """\
 ## What it does
 Checks for a dtype cast of a module after torch FSDP wrapped it: `m.to(torch.bfloat16)`,

@@ -28,6 +28,11 @@ class SaveOnEveryRank(Rule):
         ("FullyShardedDataParallel", "fully_shard", "torch.distributed.fsdp"),
     )
     launch_markers = (("save", "save_pretrained", "save_file", "save_model"), ("prepare",))
+    gate_facts = ("fsdp_program",)
+    gate_calls = torch_api.TORCH_SAVE | torch_api.SAFETENSORS_SAVE | {"save_pretrained"}
+    gate_helper_kinds = frozenset({"saves"})
+    gate_anchors = ("process_group", "fsdp_api", "fsdp_wrap", "launched_prepare")  # ``check``'s anchors
+    gate_sites = True  # the save is the finding
     doc = """\
 ## What it does
 Checks, in a file that uses torch FSDP (it imports `torch.distributed.fsdp` or wraps a
