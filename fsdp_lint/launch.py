@@ -138,13 +138,9 @@ class ProjectLaunches:
         return Launch(where, launch.offload_params, launch.use_orig_params, launch.version, launch.launcher)
 
 
-def project_root(path: str) -> str:
-    """The nearest folder above ``path`` with a ``pyproject.toml``, else with a ``.git``;
-    in neither (a downloaded archive, a folder of scripts), the working directory when
-    ``path`` lies under it, else ``path``'s own folder (ruff's root without a config: the
-    folder the run starts from)."""
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
+def project_root(path: str) -> Optional[str]:
+    """The nearest folder above ``path`` with a ``pyproject.toml``, else with a ``.git``."""
+    folder = os.path.dirname(os.path.abspath(path))
     git = None
     while True:
         if os.path.isfile(os.path.join(folder, "pyproject.toml")):
@@ -153,12 +149,8 @@ def project_root(path: str) -> str:
             git = folder
         parent = os.path.dirname(folder)
         if parent == folder:
-            break
+            return git
         folder = parent
-    if git is not None:
-        return git
-    cwd = os.getcwd()
-    return cwd if path.startswith(os.path.join(cwd, "")) else os.path.dirname(path)
 
 
 def _read(path: str) -> Optional[str]:
@@ -585,7 +577,7 @@ class LaunchFinder:
 
     def __init__(self) -> None:
         self._projects: Dict[str, Optional[ProjectLaunches]] = {}
-        self._roots: Dict[str, str] = {}  # folder -> its project root (one walk up per folder)
+        self._roots: Dict[str, Optional[str]] = {}  # folder -> its project root (one walk up per folder)
         self._noted: set = set()
 
     def _project(self, path: str) -> Optional[ProjectLaunches]:
@@ -593,6 +585,8 @@ class LaunchFinder:
         if folder not in self._roots:
             self._roots[folder] = project_root(path)
         root = self._roots[folder]
+        if root is None:
+            return None
         if root not in self._projects:
             self._projects[root] = read_project(root)
         return self._projects[root]

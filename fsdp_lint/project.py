@@ -8,8 +8,8 @@ answers, through that file's own imports, the summary of a project function
 file's own facts (``facts.helpers.summaries``, the facts every rule reads).
 
 - The project root is found as ruff finds it (``launch.project_root``: the nearest
-  ``pyproject.toml``, else ``.git``, else the working directory or the file's folder):
-  a folder of scripts without either still has its index.
+  ``pyproject.toml``, else ``.git``); a file in no project has no index (a folder of
+  scripts without either: its files are linted one by one).
 - An import resolves to a file of the project: relative imports from the importing
   file's package, absolute ones from the importing file's folder (a script's
   ``sys.path[0]``), the top of its package, the root and ``src/`` (``src`` layouts); a
@@ -79,7 +79,7 @@ _FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r"
 
 
 def _may_have_summary(text: str) -> bool:
-    """The text has a call a summary can come from (``_may_summarize`` then looks closer)."""
+    """The text has a call a summary can come from (``_candidates`` then looks closer)."""
     if _GATHER_WORDS.search(text) or "FullyShardedDataParallel" in text:
         return True
     if "torch.distributed" in text and _DIST_WORDS.search(text):
@@ -115,13 +115,16 @@ EMPTY = ModuleSummary({}, {})
 def summarize_text(text: str) -> ModuleSummary:
     """The summary of one file's text (``facts.helpers.summaries`` with lines for nodes)."""
     exports = {bound: spec for bound, spec in _import_bindings(text) if "." not in bound}
-    if "def " not in text or not _may_have_summary(text) or not _may_summarize(text):
+    if "def " not in text or not _may_have_summary(text):
+        return ModuleSummary({}, exports)
+    kept = _summarized_text(text)
+    if kept is None:
         return ModuleSummary({}, exports)
     try:
-        module = cst.parse_module(text)
+        module = cst.parse_module(kept)
         facts = index_module(module)
         helpers = summaries(facts)
-        positions = Positions(module, line_starts(text))
+        positions = Positions(module, line_starts(kept))
         functions = {}
         for name, helper in helpers.items():
             if helper.forward:  # a forward helper serves its own file only: the caller of another file
@@ -141,8 +144,38 @@ def summarize_text(text: str) -> ModuleSummary:
         return ModuleSummary({}, exports)
 
 
-def _may_summarize(text: str) -> bool:
-    """A cheap ``ast`` look before libcst (``facts.helpers`` asks more): some top-level
+def _summarized_text(text: str) -> Optional[str]:
+    """The text a summary is computed from (None: no function of it can have one): the
+    file with only what a candidate function's summary can read kept in place, the
+    functions ``_candidates`` finds and every top-level function and class they name, and
+    all of the module's code outside functions and classes (imports, constants); every
+    other top-level ``def`` and ``class`` becomes blank lines, so each kept line keeps its
+    number.  Libcst then parses a fraction of a large module."""
+    found = _candidates(text)
+    if found is None:
+        return None
+    tree, names = found
+    lines = text.splitlines(keepends=True)
+    dropped = []
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in names:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            last = node.end_lineno or node.lineno
+            if _FILE_WIDE.search("".join(lines[first - 1:last])):
+                continue  # it may wrap or shard a model: what the file's FSDP use is (``needs``, forwards)
+            dropped.append((first, last))
+    if not dropped:
+        return text
+    for first, last in dropped:
+        for index in range(first - 1, min(last, len(lines))):
+            lines[index] = "\n"
+    return "".join(lines)
+
+
+def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
+    """A cheap ``ast`` look before libcst (``facts.helpers`` asks more): the module's
+    ``ast`` and the top-level functions a summary may come from, with every top-level
+    function they name (None: none may have one).  Such a function: some top-level
     function calls, on every call (in its body or a ``with`` block, not under an ``if``,
     loop, ``try`` or short-circuit), one of ``_SUMMARY_CALLS`` (``torch.distributed``'s only
     in a file naming it, ``state_dict()`` only on one of its parameters, a save only as
@@ -155,7 +188,7 @@ def _may_summarize(text: str) -> bool:
             warnings.simplefilter("ignore")
             tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return False
+        return None
     distributed = "torch.distributed" in text
     frameworks = "accelerat" in text or "abric" in text or "lightning" in text
     shows_fsdp = "fsdp" in text.lower()
@@ -208,7 +241,18 @@ def _may_summarize(text: str) -> bool:
             stack.extend(ast.iter_child_nodes(node))
     for _ in range(3):
         found |= {name for name, callees in calls.items() if callees & found}
-    return bool(found)
+    if not found:
+        return None
+    # and every top-level function or class they name, and what those name, which their
+    # facts may follow (a helper's helper, ``class ShardedModel(FSDP)`` it returns)
+    named = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    kept, pending = set(found), list(found)
+    while pending:
+        for node in ast.walk(named[pending.pop()]):
+            if isinstance(node, ast.Name) and node.id in named and node.id not in kept:
+                kept.add(node.id)
+                pending.append(node.id)
+    return tree, kept
 
 
 def _parameter_loop(loop: ast.For, params) -> bool:
@@ -245,6 +289,20 @@ def _import_bindings(text: str) -> List[Tuple[str, str]]:
     return found
 
 
+# a ``def`` or ``class`` naming one of these is kept in a summarized text whatever it does:
+# a summary also reads the whole file's FSDP use (a collective "needs" FSDP in the caller's
+# file only where this one wraps nothing; a forward helper's model is the file's sharded one)
+_FILE_WIDE = re.compile(r"fsdp|fully_shard|FullyShardedDataParallel", re.IGNORECASE)
+_CALLED = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+
+
+def _called_names(text: str) -> FrozenSet[str]:
+    """The dotted names ``text`` may call (``f(``, ``m.f(``, ``a.b.c(``): a plain scan that
+    may see more calls than there are, never fewer (a summary is read only at a call of
+    the helper, ``facts.helper_summary.project_helper``)."""
+    return frozenset(_CALLED.findall(text))
+
+
 class ProjectIndex:
     """Summaries of a project's files, by content (one per process; its answers are shared by
     the files of a run).  ``cache_dir``: the result cache's folder (summaries go under
@@ -252,7 +310,7 @@ class ProjectIndex:
 
     def __init__(self, cache_dir: Optional[str] = None) -> None:
         self.cache_dir = cache_dir
-        self._roots: Dict[str, str] = {}
+        self._roots: Dict[str, Optional[str]] = {}
         self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
         self._exists: Dict[str, bool] = {}
         self._packages: Dict[str, str] = {}
@@ -279,7 +337,10 @@ class ProjectIndex:
         folder = os.path.dirname(path)
         if folder not in self._roots:
             self._roots[folder] = project_root(path)
-        return ProjectView(self, path, self._roots[folder])
+        root = self._roots[folder]
+        if root is None:
+            return None
+        return ProjectView(self, path, root)
 
     # -- files and summaries ----------------------------------------------------------------
     def _is_file(self, path: str) -> bool:
@@ -427,15 +488,16 @@ class ProjectIndex:
             return memo[1]
         root = project_root(script)
         seen: Dict[str, None] = {}
-        layer = [script]
-        for _ in range(MAX_REACH_DEPTH):
-            following = []
-            for path in layer:
-                for target in self._direct_imports(path, root):
-                    if target not in seen and target != script and len(seen) < MAX_REACH_FILES:
-                        seen[target] = None
-                        following.append(target)
-            layer = following
+        if root is not None:
+            layer = [script]
+            for _ in range(MAX_REACH_DEPTH):
+                following = []
+                for path in layer:
+                    for target in self._direct_imports(path, root):
+                        if target not in seen and target != script and len(seen) < MAX_REACH_FILES:
+                            seen[target] = None
+                            following.append(target)
+                layer = following
         found = frozenset(seen)
         self._reach[script] = (key, found)
         return found
@@ -493,7 +555,10 @@ class ProjectView:
         key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         if key not in self._scans:
             found: Dict[str, Helper] = {}
+            calls = _called_names(text)
             for bound, spec in _import_bindings(text):
+                if bound not in calls and not any(c.startswith(bound + ".") for c in calls):
+                    continue  # never called here: its summary cannot matter (they are read at calls)
                 helper = self.helper(spec)
                 if helper is not None:
                     found[bound] = helper

@@ -70,6 +70,29 @@ def test_sharding_helpers_and_files_without_helpers():
     assert summarize_text("def f(:\n  state_dict\n").functions == {}  # does not parse: unknown
 
 
+def test_a_summary_is_computed_from_the_functions_it_can_come_from():
+    """A large module's unrelated code is blanked before libcst (lines keep their numbers),
+    and the summary is the same as from the whole text: helpers, their helpers and
+    classes they name, and every def or class naming FSDP stay."""
+    from fsdp_lint.project import _summarized_text
+
+    text = FSDP_HEADER + (
+        "class Config:\n    lr = 1e-4\n\n\n"
+        "class Sharded(FSDP):\n    pass\n\n\n"
+        "def unrelated(x):\n    print(x * 2)\n\n\n"
+        "def path_for(step):\n    return f'ckpt_{step}.pt'\n\n\n"
+        "def save_ckpt(model, step):\n    torch.save(model.state_dict(), path_for(step))\n\n\n"
+        "def wrap(net):\n    return Sharded(net)\n"
+    )
+    kept = _summarized_text(text)
+    assert kept.count("\n") == text.count("\n")
+    assert "lr = 1e-4" not in kept and "print(x * 2)" not in kept  # unrelated class and function
+    assert "def path_for" in kept and "class Sharded(FSDP)" in kept and "def wrap" in kept
+    whole = summarize_text(text).functions
+    assert whole["save_ckpt"]["save_at"] == 23 and whole["save_ckpt"]["kinds"] == ("collective", "saves")
+    assert _summarized_text("import torch\n\n\ndef f(x):\n    print(x)\n") is None  # no function can have one
+
+
 def test_imports_resolve_to_project_files(tmp_path):
     root = _project(tmp_path, {
         "pyproject.toml": "",
@@ -132,12 +155,14 @@ def test_a_change_to_a_helper_invalidates_the_cached_findings(tmp_path):
     assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first
 
 
-def test_a_folder_of_scripts_without_project_markers_has_its_index(tmp_path):
-    """No ``pyproject.toml`` or ``.git`` (an unpacked archive): the run still reads the
-    helpers the script imports, whether it starts in the folder or above it."""
+def test_a_checkout_without_pyproject_is_rooted_at_its_git_folder(tmp_path):
+    """A clone without ``pyproject.toml``: its ``.git`` folder roots the index, whether the
+    run starts in the folder or above it; with neither marker there is no index."""
     if any((parent / marker).exists() for parent in tmp_path.parents for marker in ("pyproject.toml", ".git")):
         pytest.skip("the temporary folder lies inside a project")
     root = _project(tmp_path / "scripts", {"train.py": TRAIN, "helpers.py": HELPER})
+    assert _cli("--no-cache", "train.py", cwd=root) == []
+    (root / ".git").mkdir()
     assert _cli("--no-cache", "train.py", cwd=root) == [(13, "FSD104")]
     assert _cli("--no-cache", "scripts", cwd=tmp_path) == [(13, "FSD104")]
 

@@ -142,22 +142,17 @@ def test_nested_projects_huge_and_unreadable_files(tmp_path):
     assert project_root(str(root / "vendor" / "fsdp.yaml")) == str(root / "vendor")
 
 
-def test_a_folder_without_markers_is_rooted_where_the_run_starts(tmp_path, monkeypatch):
-    """No ``pyproject.toml`` or ``.git`` above a file (a downloaded archive, a folder of
-    scripts): the working directory when the file lies under it, else the file's folder."""
-    (tmp_path / "scripts" / "tools").mkdir(parents=True)
-    script = tmp_path / "scripts" / "tools" / "a.py"
-    script.write_text("")
+def test_no_project_no_launch(tmp_path):
+    """No ``pyproject.toml`` or ``.git`` above a file: no project, so no launch config is
+    read for it (its files are linted one by one)."""
     if any((parent / marker).exists() for parent in tmp_path.parents for marker in ("pyproject.toml", ".git")):
         pytest.skip("the temporary folder lies inside a project")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    assert project_root(str(script)) == str(script.parent)
-    monkeypatch.chdir(tmp_path / "scripts")
-    assert project_root(str(script)) == str(tmp_path / "scripts")
+    (tmp_path / "fsdp.yaml").write_text(FSDP_YAML)
+    (tmp_path / "a.py").write_text("")
+    assert project_root(str(tmp_path / "a.py")) is None
+    assert LaunchFinder().for_file(str(tmp_path / "a.py")) is None
     (tmp_path / ".git").mkdir()
-    assert project_root(str(script)) == str(tmp_path)
+    assert project_root(str(tmp_path / "a.py")) == str(tmp_path)
 
 
 PLUGIN_SCRIPT = (
