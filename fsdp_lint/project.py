@@ -293,16 +293,6 @@ def _import_bindings(text: str) -> List[Tuple[str, str]]:
 # a summary also reads the whole file's FSDP use (a collective "needs" FSDP in the caller's
 # file only where this one wraps nothing; a forward helper's model is the file's sharded one)
 _FILE_WIDE = re.compile(r"fsdp|fully_shard|FullyShardedDataParallel", re.IGNORECASE)
-_CALLED = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
-
-
-def _called_names(text: str) -> FrozenSet[str]:
-    """The dotted names ``text`` may call (``f(``, ``m.f(``, ``a.b.c(``): a plain scan that
-    may see more calls than there are, never fewer (a summary is read only at a call of
-    the helper, ``facts.helper_summary.project_helper``)."""
-    return frozenset(_CALLED.findall(text))
-
-
 class ProjectIndex:
     """Summaries of a project's files, by content (one per process; its answers are shared by
     the files of a run).  ``cache_dir``: the result cache's folder (summaries go under
@@ -555,10 +545,9 @@ class ProjectView:
         key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         if key not in self._scans:
             found: Dict[str, Helper] = {}
-            calls = _called_names(text)
             for bound, spec in _import_bindings(text):
-                if bound not in calls and not any(c.startswith(bound + ".") for c in calls):
-                    continue  # never called here: its summary cannot matter (they are read at calls)
+                if text.count(bound) < 2:
+                    continue  # named only where it is imported: never called, its summary cannot matter
                 helper = self.helper(spec)
                 if helper is not None:
                     found[bound] = helper
