@@ -417,3 +417,29 @@ def test_a_device_tested_before_the_wrap_is_not_the_cpu():
         site = _call(facts, "use(model)")
         found = origins(facts, site.node.args[0].value, site.ctx, site.order).fsdp1
         assert found and wrap_config(facts, found[0]).cpu_device is cpu
+
+
+@pytest.mark.parametrize("helper, loaded", [
+    ("m = AutoModel.from_pretrained(p, torch_dtype=torch.bfloat16)\n    m.config.use_cache = False\n    return m",
+     "torch.bfloat16"),
+    ("return AutoModel.from_pretrained(p, torch_dtype=torch.float16).to('cuda')", "torch.float16"),
+    ("m = AutoModel.from_pretrained(p)\n    return m.to(torch.bfloat16)", "torch.bfloat16"),
+    ("m = AutoModel.from_pretrained(p, torch_dtype=torch.bfloat16)\n    m = m.float()\n    return m", "torch.float32"),
+    ("m = AutoModel.from_pretrained(p, torch_dtype=torch.bfloat16)\n    m.float()\n    return m", None),
+    ("return AutoModel.from_pretrained(p)", None),
+])
+def test_the_dtype_a_module_is_made_in_follows_a_helper_of_the_file(helper, loaded):
+    """A function body runs where it is called: ``model = load(p)`` holds what its
+    ``return`` gives, read in the dtype that load or cast makes it (an in-place cast on the
+    way out leaves it unknown)."""
+    from fsdp_lint.facts.dtypes import loaded_in
+    from fsdp_lint.facts.scopes import latest_binding
+
+    facts = _facts(
+        "import torch\nfrom transformers import AutoModel\n\n\ndef load(p):\n    " + helper + "\n\n\n"
+        "def main(p):\n    model = load(p)\n    use(model)\n"
+    )
+    use = _call(facts, "use(model)")
+    binding = latest_binding(facts, "model", use.ctx, use.order)
+    found = loaded_in(facts, binding.value, binding.ctx)
+    assert (found[0] if found is not None else None) == loaded

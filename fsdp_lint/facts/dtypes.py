@@ -3,16 +3,22 @@
 ``from_config(config, torch_dtype=...)``.
 
 ``module_casts`` lists them once per module (FSD107: a cast after a wrap; FSD113: a cast to
-the mixed-precision policy's own ``param_dtype`` before ``fully_shard``).
+the mixed-precision policy's own ``param_dtype`` before ``fully_shard``); ``loaded_in`` says
+in which dtype a module value was loaded or cast where it was made, also inside a function
+of this file that returns it (``model = load_model(cfg)``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts.dataflow import called_functions
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.model import CallSite, ModuleFacts
+from fsdp_lint.facts.model import CallSite, Context, ModuleFacts
+from fsdp_lint.facts.scopes import latest_binding
 
 # ``Module`` methods that cast every parameter (no arguments)
 CAST_METHODS = frozenset({"half", "bfloat16", "float", "double"})
@@ -96,4 +102,58 @@ def loaded_dtype(facts: ModuleFacts, call) -> Optional[str]:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value in ("torch_dtype", "dtype"):
             return canonical_dtype(facts, arg.value)
+    return None
+
+
+# methods that return their module unchanged in dtype (``from_pretrained(...).to(device)``)
+_KEEPS_DTYPE = frozenset({"cuda", "cpu", "train", "eval", "requires_grad_"})
+MAX_LOAD_DEPTH = 3
+
+
+def loaded_in(facts: ModuleFacts, value, ctx: Context, depth: int = 0) -> Optional[Tuple[str, cst.Call]]:
+    """(dtype, the call) when the module ``value`` (an expression bound at ``ctx``) comes
+    from ``from_pretrained(..., torch_dtype=...)`` / ``from_config(...)``, or is cast by
+    the call that makes it (``m.to(torch.bfloat16)``, ``m.half()``), through methods that
+    keep its dtype (``.to(device)``, ``.cuda()``, ``.eval()``) and through the ``return`` of
+    a function of this file that makes it (``model = load_model(name)``; a name returned
+    there is followed to its latest binding, and a function that also casts that name in
+    place says nothing).  None when it is not known."""
+    if depth > MAX_LOAD_DEPTH or not isinstance(value, cst.Call):
+        return None
+    dtype = loaded_dtype(facts, value)
+    if dtype is not None:
+        return dtype, value
+    func = value.func
+    if isinstance(func, cst.Attribute) and facts.qualname(func) is None:
+        attr = func.attr.value
+        if attr in CAST_METHODS and not value.args:
+            return _METHOD_DTYPE[attr], value
+        if attr == "to":
+            if casts_dtype(facts, value):
+                found = _to_dtype(facts, value)
+                return (found, value) if found is not None else None
+            return loaded_in(facts, func.value, ctx, depth + 1)
+        if attr in _KEEPS_DTYPE:
+            return loaded_in(facts, func.value, ctx, depth + 1)
+    infos = called_functions(facts, value, ctx)
+    if len(infos) != 1 or facts.qualname(func) is not None:
+        return None
+    function = infos[0].node
+    for ret in facts.returns:
+        if ret.ctx.function is not function or ret.value is None:
+            continue
+        made = ret.value
+        if isinstance(made, cst.Name):
+            binding = latest_binding(facts, made.value, ret.ctx, ret.order)
+            if binding is None or binding.ctx.function is not function:
+                continue
+            if any(c.receiver == made.value and c.site.ctx.function is function and c.site.node is not binding.value
+                   for c in module_casts(facts)):
+                continue  # also cast in place in the function: which dtype leaves it is not read here
+            made, where = binding.value, binding.ctx
+        else:
+            where = ret.ctx
+        found = loaded_in(facts, made, where, depth + 1)
+        if found is not None:
+            return found
     return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, module_casts
+from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, loaded_in, module_casts
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
@@ -28,7 +28,9 @@ Checks for `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=D))` w
 the sharding: `model.to(torch.bfloat16)`, `model.bfloat16()`, `model.half()`, or
 `model.to(device, dtype=torch.bfloat16)` in place, or
 `model = X.from_pretrained(..., torch_dtype=torch.bfloat16)` (or `X.from_config(config,
-torch_dtype=...)`), on a path that reaches the
+torch_dtype=...)`), also made by a function of this file that returns it (`model =
+load_model(path)`, whose `return` gives such a load or cast, and which casts it in place to no
+other dtype on its way out), on a path that reaches the
 `fully_shard` without re-binding `model` (a re-binding in a branch exclusive with the
 `fully_shard`, or on another path, leaves the cast reaching it). A layer sharded in a loop
 over the cast model's modules (`for layer in model.model.layers: fully_shard(layer, ...)`)
@@ -140,6 +142,10 @@ def _cast_before(facts: ModuleFacts, wrap, dtype):
             continue
         return f"`{facts.module.code_for_node(cast.site.node)}`", cast.site.node
     latest = latest_binding(facts, name, wrap.site.ctx, wrap.site.order)
-    if latest is not None and isinstance(latest.value, cst.Call) and loaded_dtype(facts, latest.value) == dtype:
-        return f"`{latest.value.func.attr.value}(..., torch_dtype=...)`", latest.value
-    return None
+    found = loaded_in(facts, latest.value, latest.ctx) if latest is not None else None
+    if found is None or found[0] != dtype:
+        return None
+    node = found[1]
+    if loaded_dtype(facts, node) is not None:
+        return f"`{node.func.attr.value}(..., torch_dtype=...)`", node
+    return f"`{facts.module.code_for_node(node)}`", node
