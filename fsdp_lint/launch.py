@@ -36,7 +36,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 MAX_DEPTH = 6
 MAX_FILES = 400
 MAX_BYTES = 256 * 1024
-_SKIPPED_DIRS = frozenset(
+SKIPPED_DIRS = frozenset(
     {"node_modules", "__pycache__", "site-packages", "venv", "env", "build", "dist", ".fsdp_lint_cache"}
 )
 _YAML_KEY = re.compile(r"^(\s*)([A-Za-z_][\w.-]*)\s*:\s*(.*?)\s*(#.*)?$")
@@ -521,7 +521,7 @@ def read_project(root: str) -> ProjectLaunches:
         depth = os.path.relpath(folder, root).count(os.sep) + (folder != root)
         dirs[:] = sorted(
             d for d in dirs
-            if not d.startswith(".") and d not in _SKIPPED_DIRS and depth < MAX_DEPTH
+            if not d.startswith(".") and d not in SKIPPED_DIRS and depth < MAX_DEPTH
             and not os.path.isfile(os.path.join(folder, d, "pyproject.toml"))  # a project of its own
         )
         for name in sorted(files):

@@ -26,6 +26,13 @@ file's own facts (``facts.helpers.summaries``, the facts every rule reads).
   file's import statements, which finds every import the facts resolve); ``tag`` is what
   a cached result depends on: the summaries of the helpers the file imports, so a change
   to a helper's summary (or its line) invalidates the findings that depend on it.
+- The other direction: what the project's files pass to a file's functions.  The files
+  that name FSDP are scanned once per root for what they import (``importers``); an
+  importer's calls of the file's top-level functions are read with its own facts
+  (``facts.passed_modules``: which arguments hold FSDP modules it wraps, by content of the
+  importer), and ``fsdp_modules.origins_with_callers`` gives a parameter those modules
+  (``Origins.external``).  The gate's "fsdp1_passed" fact holds where such an importer
+  exists; ``tag`` then also depends on the importers' contents.
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP
 from fsdp_lint.facts.helper_summary import Helper, kinds_of
 from fsdp_lint.facts.helpers import summaries
 from fsdp_lint.facts.index import index_module
-from fsdp_lint.launch import project_root
+from fsdp_lint.facts.passed_modules import PASSED, ExternalWrap, external_wraps, passed_modules
+from fsdp_lint.launch import SKIPPED_DIRS, project_root
 from fsdp_lint.positions import Positions
 from fsdp_lint.source import line_starts
 
@@ -61,6 +69,8 @@ MEMO_SECONDS = 5.0
 # (``imported_files``: the modules a launch reaches)
 MAX_REACH_DEPTH = 4
 MAX_REACH_FILES = 300
+# the files read for who imports a module (``ProjectIndex.importers``): at most this many
+MAX_PROJECT_FILES = 3000
 # a summary can only come from a call of one of these (``facts.helpers``): a file without
 # one is not parsed
 _FRAMEWORK_CALLS = frozenset().union(*ALWAYS.values(), *WITH_FSDP.values())
@@ -301,6 +311,8 @@ class ProjectIndex:
     def __init__(self, cache_dir: Optional[str] = None) -> None:
         self.cache_dir = cache_dir
         self._roots: Dict[str, Optional[str]] = {}
+        self._importers: Dict[str, Dict[str, List[str]]] = {}  # root -> file -> files naming FSDP that import it
+        self._passed: Dict[str, Tuple[Tuple[int, int], List[dict]]] = {}  # file -> (stat, its passed_modules)
         self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
         self._exists: Dict[str, bool] = {}
         self._packages: Dict[str, str] = {}
@@ -492,6 +504,79 @@ class ProjectIndex:
         self._reach[script] = (key, found)
         return found
 
+    # -- who passes FSDP modules to a file's functions -----------------------------------------
+    def importers(self, path: str, root: str) -> List[str]:
+        """The project files that import ``path`` and name FSDP (``_FILE_WIDE``: they may
+        wrap a module and pass it on); read once per root, ``MAX_PROJECT_FILES`` at most."""
+        if root not in self._importers:
+            self._importers[root] = self._reverse_imports(root)
+        return self._importers[root].get(os.path.normpath(path), [])
+
+    def _reverse_imports(self, root: str) -> Dict[str, List[str]]:
+        found: Dict[str, List[str]] = {}
+        seen = 0
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
+            for name in sorted(files):
+                if not name.endswith(".py"):
+                    continue
+                seen += 1
+                if seen > MAX_PROJECT_FILES:
+                    return found
+                path = os.path.normpath(os.path.join(folder, name))
+                try:
+                    if os.path.getsize(path) > MAX_BYTES:
+                        continue
+                    with open(path, encoding="utf-8", errors="replace") as handle:
+                        text = handle.read()
+                except OSError:
+                    continue
+                if not _FILE_WIDE.search(text):
+                    continue
+                targets = []
+                for _, spec in _import_bindings(text):  # a plain scan: an import in a string only costs a look
+                    module = spec.rpartition(".")[0] if not spec.endswith(".") else ""
+                    for candidate in (spec, module):
+                        target = self.module_file(path, root, candidate) if candidate.strip(".") else None
+                        if target is not None:
+                            targets.append(os.path.normpath(target))
+                            break
+                for target in dict.fromkeys(targets):
+                    if target != path:
+                        found.setdefault(target, []).append(path)
+        return found
+
+    def passed(self, importer: str, root: str) -> List[dict]:
+        """``facts.passed_modules`` of ``importer``, each record with the ``target`` file and
+        the ``name`` of the function it calls, and its ``place``; by the file's stat."""
+        try:
+            stat = os.stat(importer)
+        except OSError:
+            return []
+        key = (stat.st_mtime_ns, stat.st_size)
+        memo = self._passed.get(importer)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        records: List[dict] = []
+        try:
+            with open(importer, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            module = cst.parse_module(text)
+            facts = index_module(module)
+            facts.project = ProjectView(self, importer, root, callers=False)
+            positions = Positions(module, line_starts(text))
+            for record in passed_modules(facts, lambda node: positions(node).start.line):
+                module_name, _, name = record["spec"].rpartition(".")
+                target = self.module_file(importer, root, module_name) if module_name else None
+                if target is None or not name:
+                    continue
+                place = f"{os.path.relpath(importer, root)}:{record['line']}"
+                records.append({**record, "target": os.path.normpath(target), "name": name, "place": place})
+        except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): it passes nothing known
+            records = []
+        self._passed[importer] = (key, records)
+        return records
+
     def helper(self, importer: str, root: str, spec: str, depth: int = 0) -> Optional[Tuple[str, Helper]]:
         """(file, summary) of the project function ``spec`` names in ``importer``."""
         level = len(spec) - len(spec.lstrip("."))
@@ -522,10 +607,13 @@ class ProjectIndex:
 class ProjectView:
     """The project as one file sees it (``ModuleFacts.project``)."""
 
-    def __init__(self, index: ProjectIndex, path: str, root: str) -> None:
+    def __init__(self, index: ProjectIndex, path: str, root: str, callers: bool = True) -> None:
         self.index = index
         self.path = path
         self.root = root
+        # whether it reads what other files pass to this one's functions (not while a
+        # caller's own records are computed: no cycle through a module importing it back)
+        self.callers = callers
         self._helpers: Dict[str, Optional[Helper]] = {}
         self._scans: Dict[str, Dict[str, Helper]] = {}
         # what starts this file when known and not an FSDP launch (``launch.Launcher``):
@@ -556,21 +644,48 @@ class ProjectView:
             self._scans[key] = found
         return self._scans[key]
 
+    def passed(self, function: str, params: Tuple[str, ...], param: str) -> List[ExternalWrap]:
+        """The FSDP modules calls in other project files pass for ``param`` of this file's
+        top-level function ``function`` (``facts.passed_modules``)."""
+        if not self.callers:
+            return []
+        return external_wraps([r for r in self._passed_records() if r["name"] == function], params, param)
+
+    def _passed_records(self) -> List[dict]:
+        """The records of calls of this file's functions that pass FSDP modules."""
+        path = os.path.normpath(self.path)
+        return [r for importer in self.index.importers(path, self.root) for r in self.index.passed(importer, self.root)
+                if r["target"] == path]
+
     def gate_kinds(self, text: str) -> Dict[str, FrozenSet[str]]:
         """What the gate reads: local dotted name -> what the helper does ("collective",
-        "shards", "saves"), for helpers whose name the text uses beyond its import."""
+        "shards", "saves"), for helpers whose name the text uses beyond its import; and
+        under ``PASSED``, "wraps" when a project file that names FSDP imports this one (it
+        may pass an FSDP module to one of its functions: ``passed``, which reads whether
+        it does; the gate's "fsdp1_passed" fact)."""
         found = {}
+        if self.callers and "def " in text and self.index.importers(os.path.normpath(self.path), self.root):
+            found[PASSED] = frozenset({"wraps"})
         for name, helper in self.imported_helpers(text).items():
             if helper.kinds and text.count(name.rsplit(".", 1)[-1]) > 1:
                 found[name] = frozenset(helper.kinds)
         return found
 
     def tag(self, text: str) -> str:
-        """What a cached result of this file depends on in other files."""
+        """What a cached result of this file depends on in other files: the summaries of
+        the helpers it imports, and the contents of the files that import it and may pass
+        it FSDP modules."""
         helpers = self.imported_helpers(text)
-        if not helpers and self.launcher is None:
+        importers = self.index.importers(os.path.normpath(self.path), self.root) if self.callers else []
+        if not helpers and self.launcher is None and not importers:
             return ""
         pieces = sorted(f"{name}={json.dumps(h.to_json(), sort_keys=True)}" for name, h in helpers.items())
+        for importer in importers:
+            try:
+                with open(importer, "rb") as handle:
+                    pieces.append(f"importer={importer}|{hashlib.sha256(handle.read()).hexdigest()}")
+            except OSError:
+                pieces.append(f"importer={importer}|unreadable")
         if self.launcher is not None:
             pieces.append(f"launcher={self.launcher.name}|{self.launcher.source}")
         return "project=" + hashlib.sha256("\n".join(pieces).encode()).hexdigest()

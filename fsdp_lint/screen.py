@@ -54,6 +54,7 @@ from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
 from fsdp_lint.facts.dtensors import GATHERS
+from fsdp_lint.facts.passed_modules import PASSED
 
 _WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD
 _GATHERS = LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS
@@ -896,8 +897,8 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
         if attr == torch_api.SUMMON:
             return call in _summons(s)
         if attr == "load_state_dict" or attr == "state_dict" and not call.args and not call.keywords:
-            if sets_state_dict_type:  # ``state_dicts.inside_own_state_dict_type``, read widely
-                return True
+            if sets_state_dict_type or PASSED in s.project:  # ``inside_own_state_dict_type``;
+                return True  # ``Origins.external``: a caller in another file may pass an FSDP1 module
             if s.fsdp1_wraps() or s.fsdp1_names():
                 receiver = func.value
                 if _dotted(receiver) in s.fsdp1_names():
@@ -1005,6 +1006,8 @@ _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
     "fsdp2_wrap": lambda s: s.fsdp2_wraps(),
     "fsdp_wrap": lambda s: bool(s.wraps()),
     "fsdp1_model": lambda s: bool(s.fsdp1_wraps() or s.fsdp1_annotated()),
+    # or one a caller in another project file may pass (``Origins.external``)
+    "fsdp1_passed": lambda s: bool(s.fsdp1_wraps() or s.fsdp1_annotated()) or PASSED in s.project,
     "fsdp_program": lambda s: bool(s.wraps()) or s.imports_from(torch_api.FSDP_PACKAGE)
     or (s.launched and s.imports_from("accelerate")),  # ``frameworks.launched_prepares``
     "cpu_offload_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _project_offloads(s),

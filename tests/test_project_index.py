@@ -289,3 +289,59 @@ def test_a_factory_returning_an_fsdp1_wrap_of_its_own_model():
     assert (found["build"]["wraps"], found["build"]["wrap_built"], found["build"]["wrap_offload"],
             found["build"]["kinds"]) == (None, True, True, ("wraps", "offloads"))
     assert "build_sometimes" not in found or not found["build_sometimes"]["wrap_built"]
+
+
+LOOP = (
+    "import torch\n\n\n"
+    "def train(model, loader, max_norm=1.0):\n    for batch in loader:\n        model(batch).sum().backward()\n"
+    "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
+)
+CALLER = FSDP_HEADER + (
+    "from torch.distributed.fsdp import ShardingStrategy\nfrom loop import train\n\n\n"
+    "def main(net, loader):\n    model = FSDP(net, sharding_strategy=ShardingStrategy.{strategy})\n"
+    "    train(model, loader)\n    train(loader=loader, model=model)\n    train(net, loader)\n"
+)
+
+
+def test_what_other_files_pass_to_a_files_functions():
+    """``facts.passed_modules``: per call of an imported project function, the arguments
+    that hold FSDP modules the caller's file wraps, by position or keyword; a plain module
+    says nothing."""
+    from fsdp_lint.facts.index import index_module
+    from fsdp_lint.facts.passed_modules import external_wraps, passed_modules
+    from fsdp_lint.lazy_libcst import cst
+
+    facts = index_module(cst.parse_module(CALLER.format(strategy="HYBRID_SHARD")))
+    records = passed_modules(facts, lambda node: 0)
+    assert [(r["spec"], r["args"]) for r in records] == [
+        ("loop.train", {"0": {"fsdp": 1, "sharding": ["HYBRID_SHARD"]}}),
+        ("loop.train", {"model": {"fsdp": 1, "sharding": ["HYBRID_SHARD"]}}),
+    ]
+    for record in records:
+        record["place"] = "train.py:1"
+    assert [w.sharding for w in external_wraps(records, ("model", "loader", "max_norm"), "model")] == [
+        ("HYBRID_SHARD",), ("HYBRID_SHARD",)]
+    assert external_wraps(records, ("model", "loader", "max_norm"), "loader") == []
+
+
+def test_a_module_passed_sharded_by_another_file(tmp_path):
+    """The training loop of another module clips a model the entry script wraps: FSD102
+    there, from a whole-tree and a one-file run; not when the caller's strategy does not
+    shard, and the cached answer follows a change of the caller (``ProjectView.tag``)."""
+    root = _project(tmp_path, {"pyproject.toml": "", "loop.py": LOOP,
+                               "train.py": CALLER.format(strategy="FULL_SHARD")})
+    cache = tmp_path / "cache"
+    assert _cli("--cache-dir", str(cache), "loop.py", cwd=root) == [(7, "FSD102")]
+    assert _cli("--no-cache", ".", cwd=root) == [(7, "FSD102")]
+    (root / "train.py").write_text(CALLER.format(strategy="NO_SHARD"))
+    assert _cli("--cache-dir", str(cache), "loop.py", cwd=root) == []
+
+
+def test_modules_importing_each_other_pass_records_without_a_loop(tmp_path):
+    a = FSDP_HEADER + "from b import save\n\n\ndef run(net):\n    model = FSDP(net)\n    save(model)\n"
+    b = FSDP_HEADER + (
+        "from a import run\n\n\ndef save(model):\n    if dist.get_rank() == 0:\n"
+        "        torch.save(model.state_dict(), 'm.pt')\n\n\ndef again(net):\n    run(net)\n"
+    )
+    root = _project(tmp_path, {"pyproject.toml": "", "a.py": a, "b.py": b})
+    assert _cli("--no-cache", ".", cwd=root) == [(11, "FSD104")]

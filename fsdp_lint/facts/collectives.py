@@ -221,9 +221,11 @@ def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site:
     where its origin cannot be followed, the module of an enclosing ``FSDP.state_dict_type``
     block, or a name the file binds to an FSDP1 module; a value
     followed to a call the file cannot see into, ``model = config.instantiate(cfg)``, is not
-    taken for the FSDP module the same name holds elsewhere: ``Origins.opaque``)."""
+    taken for the FSDP module the same name holds elsewhere: ``Origins.opaque``); a
+    parameter that callers in other project files pass FSDP1 modules for
+    (``Origins.external``) is one too."""
     found = origins_with_callers(facts, model, site.ctx, site.order)
-    if found.fsdp1:
+    if found.fsdp1 or any(not e.fsdp2 for e in found.external):  # also as callers in other files pass it
         return True
     if found.inner:  # ``root.module``: its own FSDP units gather, the root's flat parameter does not
         return any(has_nested_units(facts, o) for o in found.inner)

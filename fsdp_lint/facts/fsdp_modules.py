@@ -75,6 +75,9 @@ class Origins:
     # FSDP1 wraps whose inner module (``model.module``) some path leads to: that path still
     # counts as not followed (``complete`` False), this says where it went
     inner: List[Origin] = field(default_factory=list)
+    # a parameter of a top-level function: the FSDP modules calls in other project files
+    # pass for it (``facts.passed_modules.ExternalWrap``; ``origins_with_callers`` only)
+    external: list = field(default_factory=list)
 
     @property
     def fsdp1(self) -> List[Origin]:
@@ -332,19 +335,42 @@ def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression],
     result = origins(facts, expr, ctx, order)
     if result.complete or ctx.function is None:
         return result
+    result.external = _passed_from_other_files(facts, expr, ctx, order)
     callers = calls_of(facts, ctx.function)
     if not callers:
         return result
     merged = Origins(list(result.wraps), complete=True, plain=result.plain, opaque=result.opaque,
-                     inner=list(result.inner))
+                     inner=list(result.inner), external=list(result.external))
+    info = function_info(facts, ctx.function)
+    sites = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls})
     for call in callers:
         through = origins(facts, expr, ctx, order, (call,))
+        if isinstance(expr, cst.Name) and info is not None and expr.value in info.param_names:
+            # the caller's own parameter, passed on: what other files pass for it
+            known, argument = argument_for(call, info, expr.value)
+            site = sites.get(id(call))
+            if known and argument is not None and site is not None:
+                merged.external.extend(_passed_from_other_files(facts, argument, site.ctx, site.order))
         merged.wraps.extend(o for o in through.wraps if o not in merged.wraps)
         merged.plain = merged.plain or through.plain
         merged.opaque = merged.opaque or through.opaque
         merged.complete = merged.complete and through.complete
         merged.inner.extend(o for o in through.inner if o not in merged.inner)
     return merged
+
+
+def _passed_from_other_files(facts: ModuleFacts, expr, ctx, order: int) -> list:
+    """``expr`` reads a parameter, as passed, of a top-level function of this file: what
+    calls of that function in other project files pass for it (``ProjectView.passed``)."""
+    project = facts.project
+    if project is None or not isinstance(expr, cst.Name) or ctx.class_def is not None:
+        return []
+    info = function_info(facts, ctx.function)
+    if info is None or info.parent is not None or expr.value not in info.param_names:
+        return []
+    if lookup(facts, expr.value, ctx, order).param != expr.value:
+        return []  # rebound in the function first
+    return project.passed(ctx.function.name.value, tuple(info.param_names), expr.value)
 
 
 # -- a construction's configuration ---------------------------------------------------

@@ -120,7 +120,9 @@ class Rule:
     # rule has no older hand-written one.  ``gate_facts``: facts of the file that every
     # finding needs ("fsdp2_wrap": a ``fully_shard`` the file shows, directly or through a
     # helper of the file or the project; "fsdp_wrap": an FSDP1 or FSDP2 wrap; "fsdp1_model":
-    # an FSDP1 wrap, or a name annotated ``FullyShardedDataParallel``; "cpu_offload_named":
+    # an FSDP1 wrap, or a name annotated ``FullyShardedDataParallel``; "fsdp1_passed": that, or a
+    # project file that names FSDP imports this one (it may pass an FSDP1 module to one of its
+    # functions: ``Origins.external``); "cpu_offload_named":
     # the code names ``CPUOffload``/``CPUOffloadPolicy`` or calls a project helper that offloads;
     # "fsdp_program": the file imports ``torch.distributed.fsdp``, wraps a module, or an
     # ``accelerate launch`` FSDP configuration starts it and it imports accelerate);

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.conditions import tests_type_of
+from fsdp_lint.facts.ranks import single_process_branch
 from fsdp_lint.facts.fsdp_modules import origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments
@@ -20,7 +21,7 @@ class ClipGradNormOnShardedFsdp(Rule):
     summary = "`torch.nn.utils.clip_grad_norm_` on a sharded FSDP1 module's parameters: each rank clips by its local norm"
     fix_availability = FIX_SOMETIMES
     markers = (("clip_grad_norm_",), ("FullyShardedDataParallel",))
-    gate_facts = ("fsdp1_model",)
+    gate_facts = ("fsdp1_passed",)
     gate_calls = frozenset({"clip_grad_norm_"})
     gate_sites = True
     doc = """\
@@ -31,7 +32,11 @@ list, generator, `list(...)` or `filter(...)` of them, directly or through a nam
 `FULL_SHARD`, `SHARD_GRAD_OP`, `HYBRID_SHARD`). The wrap must reach the call on some path
 (`if distributed: model = FSDP(model)`: the distributed run is the one that clips wrongly;
 for a parameter of a function of this file, through a call of that function in this file,
-as in a `train(model, ...)` helper), with a strategy that is visible: written, or held in
+as in a `train(model, ...)` helper, or, for a top-level function of a project module,
+through the calls other files of the project make of it: `train(model, ...)` in the entry
+script that wraps `model`, with the strategy that file shows, though not on a branch that
+runs only when the program is not distributed, such as the `else` of `if cfg.enable_fsdp:`),
+with a strategy that is visible: written, or held in
 a variable, module constant, config function or dict of this file (`STRATEGIES.get(name,
 ShardingStrategy.FULL_SHARD)`: any of its values); one of the strategies must shard. Not
 where a branch around the call tests what the module is (`isinstance(model, FSDP)`,
@@ -67,9 +72,11 @@ model.clip_grad_norm_(1.0)
 ```
 
 ## Known problems
-- The rule stays quiet unless an FSDP1 construction of this file reaches the call and
-  every strategy it may have is visible. A model it cannot follow (a parameter of a
-  function no call of this file passes a wrapped model to, an attribute set elsewhere, a
+- The rule stays quiet unless an FSDP1 construction of this file (or, for a parameter, of a
+  project file that calls the function) reaches the call and every strategy it may have is
+  visible. In a project without `pyproject.toml` or `.git` the other files are not read. A
+  model it cannot follow (a parameter of a function no call of the project passes a wrapped
+  model to, an attribute set elsewhere, a
   value returned by a call the file cannot see into), a strategy set outside the file (an
   accelerate config's `fsdp_sharding_strategy`, `--fsdp`, a helper of another module), or
   an unreadable `**cfg` is not flagged.
@@ -109,12 +116,18 @@ A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of
             func = call.func
             owner = dotted_name(func.value)
             found = origins_with_callers(facts, func.value, site.ctx, site.order)
-            if not found.fsdp1 or (owner is not None and tests_type_of(site.ctx, owner)):
+            # from the callers in other files: not on a branch that runs only when the program
+            # is not distributed (``else:`` of ``if cfg.enable_fsdp:``), which such a caller never takes
+            passed = [e for e in found.external if not e.fsdp2] if not any(
+                single_process_branch(g.node.test) == g.branch for g in site.ctx.guards) else []
+            if not (found.fsdp1 or passed) or (owner is not None and tests_type_of(site.ctx, owner)):
                 continue  # no FSDP1 wrap reaches the call, or a type test decides which one does
-            strategies = [wrap_config(facts, o).sharding for o in found.fsdp1]
+            strategies = [wrap_config(facts, o).sharding for o in found.fsdp1] + [
+                set(e.sharding) if e.sharding is not None else UNKNOWN for e in passed]
             if any(s is UNKNOWN for s in strategies) or not any(s - {"NO_SHARD"} for s in strategies):
                 continue  # a strategy the file does not show, or none of them shards
-            wrap = found.fsdp1[0].wrap
+            where = f"line {report.row(found.fsdp1[0].wrap.site.node)}" if found.fsdp1 else \
+                f"passed sharded by {passed[0].place}"
             fix = None
             extra = set(bound) - {"parameters", "max_norm", "norm_type"}
             if not opaque and not extra and "max_norm" in bound and not subset:
@@ -125,7 +138,7 @@ A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of
                 fix = FixProposal(UNSAFE, f"Use `{owner}.clip_grad_norm_(...)`", site.node, new, also=also)
             report(
                 site.node,
-                f"`clip_grad_norm_` over the sharded FSDP module `{owner}` (line {report.row(wrap.site.node)}): "
+                f"`clip_grad_norm_` over the sharded FSDP module `{owner}` ({where}): "
                 f"each rank clips by its local norm; use `{owner}.clip_grad_norm_(max_norm)` on the root module",
                 fix,
                 statement=site.ctx.statement,

@@ -62,7 +62,10 @@ Collectives:
   `torch/distributed/fsdp/_state_dict_utils.py`; a plain module loaded on rank 0 before the
   wrap, as with `sync_module_states=True`, is not). A module built where the file cannot
   see (another module's helper, `self.model` set by a caller) counts as FSDP1 inside a
-  `with FSDP.state_dict_type(m, ...)` block of that same module: the file says so;
+  `with FSDP.state_dict_type(m, ...)` block of that same module: the file says so; and a
+  parameter of a top-level function counts as FSDP1 where another file of the project calls
+  that function with an FSDP1 module it wraps (`save_checkpoint(model, ...)` from the entry
+  script);
   `get_model_state_dict` / `get_optimizer_state_dict` / `get_state_dict`;
   `FSDP.optim_state_dict` / `full_optim_state_dict`;
 - the forward `model(x)` of a model sharded into FSDP units that free their parameters
