@@ -65,6 +65,7 @@ SUMMARY_VERSION = "project-index-5"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
 MEMO_SECONDS = 5.0
+IMPORTERS_SECONDS = 60.0  # the project-wide scan of who imports whom: read again after this long
 # a launched script's imports are followed this many files deep, this many files at most
 # (``imported_files``: the modules a launch reaches)
 MAX_REACH_DEPTH = 4
@@ -311,10 +312,12 @@ class ProjectIndex:
     def __init__(self, cache_dir: Optional[str] = None) -> None:
         self.cache_dir = cache_dir
         self._roots: Dict[str, Optional[str]] = {}
-        self._importers: Dict[str, Dict[str, List[str]]] = {}  # root -> file -> files naming FSDP that import it
+        # root -> (when read, file -> the files naming FSDP that import it)
+        self._importers: Dict[str, Tuple[float, Dict[str, List[str]]]] = {}
         self._passed: Dict[str, Tuple[Tuple[int, int], List[dict]]] = {}  # file -> (stat, its passed_modules)
         self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
         self._exists: Dict[str, bool] = {}
+        self._listings: Dict[str, FrozenSet[str]] = {}
         self._packages: Dict[str, str] = {}
         self._modules: Dict[Tuple[str, str, str], Optional[str]] = {}
         self._reach: Dict[str, Tuple[Tuple[int, int], FrozenSet[str]]] = {}
@@ -331,6 +334,7 @@ class ProjectIndex:
         if now - self._since > MEMO_SECONDS:  # a long-lived index (the language server) sees new files
             self._roots.clear()
             self._exists.clear()
+            self._listings.clear()
             self._packages.clear()
             self._modules.clear()
             self._reach.clear()
@@ -345,6 +349,17 @@ class ProjectIndex:
         return ProjectView(self, path, root)
 
     # -- files and summaries ----------------------------------------------------------------
+    def _has_entry(self, folder: str, name: str) -> bool:
+        """``folder`` holds ``name.py`` or a folder ``name`` (one listing per folder)."""
+        entries = self._listings.get(folder)
+        if entries is None:
+            try:
+                entries = frozenset(os.listdir(folder))
+            except OSError:
+                entries = frozenset()
+            self._listings[folder] = entries
+        return name in entries or f"{name}.py" in entries
+
     def _is_file(self, path: str) -> bool:
         if path not in self._exists:
             self._exists[path] = os.path.isfile(path)
@@ -429,6 +444,8 @@ class ProjectIndex:
             folder = os.path.dirname(importer)
             bases = list(dict.fromkeys([folder, self._package_top(folder, root), root, os.path.join(root, "src")]))
         for base in bases:
+            if parts and not self._has_entry(base, parts[0]):
+                continue  # no ``parts[0].py`` or ``parts[0]/`` there (``import torch`` in a project)
             stem = os.path.join(base, *parts) if parts else base
             for candidate in (stem + ".py", os.path.join(stem, "__init__.py")) if parts else (
                     os.path.join(stem, "__init__.py"),):
@@ -508,9 +525,11 @@ class ProjectIndex:
     def importers(self, path: str, root: str) -> List[str]:
         """The project files that import ``path`` and name FSDP (``_FILE_WIDE``: they may
         wrap a module and pass it on); read once per root, ``MAX_PROJECT_FILES`` at most."""
-        if root not in self._importers:
-            self._importers[root] = self._reverse_imports(root)
-        return self._importers[root].get(os.path.normpath(path), [])
+        now = time.monotonic()
+        memo = self._importers.get(root)
+        if memo is None or now - memo[0] > IMPORTERS_SECONDS:  # a long-lived index sees new importers
+            memo = self._importers[root] = (now, self._reverse_imports(root))
+        return memo[1].get(os.path.normpath(path), [])
 
     def _reverse_imports(self, root: str) -> Dict[str, List[str]]:
         found: Dict[str, List[str]] = {}
