@@ -5,6 +5,9 @@ against the peers found installed, in one run.
     python bench/run.py --tree src/ --repeat 7
     python bench/run.py --peers-bin /path/to/venv/bin --markdown docs/benchmark.md
 
+``--as-checkout`` times the trees as repository checkouts (the project index on: a tree
+without ``pyproject.toml`` or ``.git`` is linted file by file, as the corpora are by default).
+
 Corpora: the installed torch's own source tree (found without importing torch), and, when
 built, the ML-library corpus (``shared/bench/ml-corpus.sh DEST``) and the dense corpus
 (``shared/bench/dense-corpus.sh DEST``) given with ``--ml`` and ``--dense`` (defaults:
@@ -204,6 +207,10 @@ def main(argv=None):
     parser.add_argument("--only", action="append", default=[], choices=["torch", "ml", "dense"],
                         help="time only these default trees (repeatable)")
     parser.add_argument("--markdown", default=None, help="also write the tables to this file")
+    parser.add_argument("--as-checkout", action="store_true",
+                        help="time each tree as a repository checkout: an empty .git folder at its top for the run "
+                             "(removed after; a tree that has one already is left alone), so fsdp-lint's project "
+                             "index (helpers in other files, what other files pass) is on for every file")
     args = parser.parse_args(argv)
     trees = [(str(t), Path(t), None) for t in args.tree or []]
     if not trees:
@@ -232,7 +239,16 @@ def main(argv=None):
     print("\n".join(lines), flush=True)
     results = {}
     for label, tree, single in trees:
-        results[label] = bench_tree(label, tree, args, lines, single)
+        marker = tree / ".git"
+        made = args.as_checkout and not marker.exists() and not (tree / "pyproject.toml").exists()
+        if made:
+            marker.mkdir()
+            label += ", as a checkout (project index on)"
+        try:
+            results[label] = bench_tree(label, tree, args, lines, single)
+        finally:
+            if made:
+                marker.rmdir()
     goals(results, lines)
     if args.generated:
         with tempfile.TemporaryDirectory() as folder:
