@@ -24,7 +24,7 @@ from fsdp_lint.interrupt import blocked, worker_signals
 from fsdp_lint.noqa import add_noqa
 from fsdp_lint.notebook import NotebookError, cell_of, cell_rows, is_notebook, message_in_cells
 from fsdp_lint.launch import Launch, LaunchFinder, launch_from_setting
-from fsdp_lint.project import ProjectIndex
+from fsdp_lint.project import MEMO_SECONDS, ProjectIndex
 from fsdp_lint.rules import for_target, opt_in_selected, select_rules
 from fsdp_lint.rules.base import Rule
 from fsdp_lint.source import (
@@ -52,6 +52,7 @@ class Settings:
     cache: Optional[Cache] = None
     launches: LaunchFinder = field(default_factory=LaunchFinder)
     projects: Optional[ProjectIndex] = None
+    long_lived: bool = False  # the language server's: files change under it (``ProjectIndex.memo_seconds``)
     _stated: Dict[str, tuple] = field(default_factory=dict, repr=False)
     _rules: Dict[tuple, List[Type[Rule]]] = field(default_factory=dict, repr=False)
 
@@ -121,7 +122,8 @@ class Settings:
 
     def _index(self) -> ProjectIndex:
         if self.projects is None:
-            self.projects = ProjectIndex(self.cache.directory if self.cache is not None else None)
+            self.projects = ProjectIndex(self.cache.directory if self.cache is not None else None,
+                                         MEMO_SECONDS if self.long_lived else None)
         return self.projects
 
     def launcher_for(self, path: str):

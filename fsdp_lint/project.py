@@ -309,8 +309,11 @@ class ProjectIndex:
     the files of a run).  ``cache_dir``: the result cache's folder (summaries go under
     ``project/``), None for memory only."""
 
-    def __init__(self, cache_dir: Optional[str] = None) -> None:
+    def __init__(self, cache_dir: Optional[str] = None, memo_seconds: Optional[float] = None) -> None:
         self.cache_dir = cache_dir
+        # how long folders and files looked up are kept: a run's files do not change under it
+        # (None: for the run); a long-lived index (the language server) passes MEMO_SECONDS
+        self.memo_seconds = memo_seconds
         self._roots: Dict[str, Optional[str]] = {}
         # root -> (when read, file -> the files naming FSDP that import it)
         self._importers: Dict[str, Tuple[float, Dict[str, List[str]]]] = {}
@@ -321,17 +324,17 @@ class ProjectIndex:
         self._packages: Dict[str, str] = {}
         self._modules: Dict[Tuple[str, str, str], Optional[str]] = {}
         self._reach: Dict[str, Tuple[Tuple[int, int], FrozenSet[str]]] = {}
-        self._since = time.monotonic()  # folders and files looked up are kept ``MEMO_SECONDS``
+        self._since = time.monotonic()
 
     def __getstate__(self):  # workers start with empty memories
-        return {"cache_dir": self.cache_dir}
+        return {"cache_dir": self.cache_dir, "memo_seconds": self.memo_seconds}
 
     def __setstate__(self, state) -> None:
-        self.__init__(state.get("cache_dir"))
+        self.__init__(state.get("cache_dir"), state.get("memo_seconds"))
 
     def view(self, path: str) -> Optional["ProjectView"]:
         now = time.monotonic()
-        if now - self._since > MEMO_SECONDS:  # a long-lived index (the language server) sees new files
+        if self.memo_seconds is not None and now - self._since > self.memo_seconds:  # a long-lived index sees new files
             self._roots.clear()
             self._exists.clear()
             self._listings.clear()

@@ -35,7 +35,7 @@ class ClientSettings:
     def lint_settings(self) -> Settings:
         """Fresh settings: a new ``ConfigFinder`` reads every ``pyproject.toml`` again.
         Raises ``ConfigError`` for an invalid explicit configuration file."""
-        return Settings(finder=ConfigFinder(self.configuration), overrides=self.overrides)
+        return Settings(finder=ConfigFinder(self.configuration), overrides=self.overrides, long_lived=True)
 
 
 def _selectors(raw: Any, key: str, problems: List[str]) -> Optional[List[str]]:
