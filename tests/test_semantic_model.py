@@ -443,3 +443,35 @@ def test_the_dtype_a_module_is_made_in_follows_a_helper_of_the_file(helper, load
     binding = latest_binding(facts, "model", use.ctx, use.order)
     found = loaded_in(facts, binding.value, binding.ctx)
     assert (found[0] if found is not None else None) == loaded
+
+
+def test_a_helper_that_shards_its_parameter_in_place_returns_it_sharded_and_compile_keeps_it():
+    """``model = shard(model)`` where ``shard`` runs ``fully_shard(model)`` and returns it:
+    the value the caller gets went through that ``fully_shard`` (the helper's in-place
+    events are read at its ``return``); ``torch.compile(model)`` is the same module for
+    every question about its FSDP units."""
+    from fsdp_lint.facts.fsdp_modules import fully_sharded
+
+    facts = _facts(
+        """
+        import torch
+        from torch.distributed.fsdp import fully_shard
+
+        def shard(model):
+            for block in model.layers:
+                fully_shard(block)
+            fully_shard(model)
+            return model
+
+        def main(model):
+            model = shard(model)
+            use(model)
+            model = torch.compile(model)
+            use(model)
+            other = torch.compile(make())
+            use(other)
+        """
+    )
+    uses = [s for s in facts.calls if facts.module.code_for_node(s.node).startswith("use(")]
+    found = [fully_sharded(facts, u.node.args[0].value, u.ctx, u.order) for u in uses]
+    assert [f is not None for f in found] == [True, True, False]

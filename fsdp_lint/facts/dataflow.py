@@ -29,6 +29,11 @@ from fsdp_lint.facts.values import literal_string
 
 MAX_DEPTH = 8
 # Methods that return their receiver (nn.Module's fluent API).
+# calls that return their first argument wrapped so that its parameters, ``state_dict`` and
+# ``load_state_dict`` are the argument's own (``torch.compile(model)``: an ``OptimizedModule``
+# whose state dict is ``model``'s, keys prefixed ``_orig_mod.``): what the argument is, the
+# result is, for every question about its FSDP units
+TRANSPARENT_WRAPPERS = frozenset({"torch.compile"})
 RETURNS_SELF = frozenset(
     {"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "train", "eval", "requires_grad_", "to_empty", "apply"}
 )
@@ -70,7 +75,10 @@ def called_functions(facts: ModuleFacts, call: cst.Call, ctx: Context):
     return []
 
 
-def _returns(facts: ModuleFacts, info, call: cst.Call, via, index, depth) -> Sources:
+def _returns(facts: ModuleFacts, info, call: cst.Call, via, index, depth, extra=()) -> Sources:
+    """What the function ``info`` returns, read at each ``return`` (with ``extra``: the
+    events that change what a name holds there, such as an in-place ``fully_shard(model)``
+    of the function's own parameter before ``return model``)."""
     result = Sources()
     returns = [r for r in facts.returns if r.ctx.function is info.node and r.value is not None]
     if not returns:
@@ -84,7 +92,7 @@ def _returns(facts: ModuleFacts, info, call: cst.Call, via, index, depth) -> Sou
             else:
                 result.complete = False
                 continue
-        result.add(sources(facts, value, ret.ctx, ret.order, via + (call,), depth + 1))
+        result.add(sources(facts, value, ret.ctx, ret.order, via + (call,), depth + 1, extra))
     return result
 
 
@@ -115,7 +123,7 @@ def _from_binding(facts: ModuleFacts, binding: Binding, via, depth, extra=(), us
     if isinstance(value, cst.Call):
         infos = called_functions(facts, value, binding.ctx)
         if len(infos) == 1:
-            return _returns(facts, infos[0], value, via, binding.index, depth)
+            return _returns(facts, infos[0], value, via, binding.index, depth, extra)
     return Sources(complete=False)
 
 
@@ -317,6 +325,9 @@ def sources(
         func = expr.func
         if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF and facts.qualname(func) is None:
             return sources(facts, func.value, ctx, order, via, depth + 1, extra)
+        if facts.qualname(func) in TRANSPARENT_WRAPPERS and expr.args and not expr.args[0].star \
+                and expr.args[0].keyword is None:
+            return sources(facts, expr.args[0].value, ctx, order, via, depth + 1, extra)
         if isinstance(func, cst.Attribute) and func.attr.value == "get" and facts.qualname(func) is None \
                 and 1 <= len(expr.args) <= 2 and not any(a.star or a.keyword for a in expr.args):
             got = _dict_get(facts, expr, ctx, order, via, depth)
@@ -324,7 +335,7 @@ def sources(
                 return got
         infos = called_functions(facts, expr, ctx)
         if len(infos) == 1 and facts.qualname(func) is None:
-            return _returns(facts, infos[0], expr, via, None, depth)
+            return _returns(facts, infos[0], expr, via, None, depth, extra)
         return Sources([Source(expr, ctx, order, via)])
     dotted = dotted_name(expr)
     if dotted is None or (isinstance(expr, cst.Name) and expr.value in ("None", "True", "False")):
