@@ -475,3 +475,25 @@ def test_a_helper_that_shards_its_parameter_in_place_returns_it_sharded_and_comp
     uses = [s for s in facts.calls if facts.module.code_for_node(s.node).startswith("use(")]
     found = [fully_sharded(facts, u.node.args[0].value, u.ctx, u.order) for u in uses]
     assert [f is not None for f in found] == [True, True, False]
+
+
+@pytest.mark.parametrize("test, branch, expected", [
+    ("isinstance(model, FSDP)", "else", True),
+    ("isinstance(model, FSDP)", "body", False),
+    ("not isinstance(model, FSDP)", "body", True),
+    ("isinstance(model, (FSDP, FullyShardedDataParallel))", "else", True),
+    ("isinstance(model, (FSDP, DDP))", "else", False),
+    ("isinstance(other, FSDP)", "else", False),
+])
+def test_a_type_test_says_a_module_is_not_fsdp(test, branch, expected):
+    from fsdp_lint.facts import torch_api
+    from fsdp_lint.facts.conditions import tested_not_instance
+
+    body, orelse = ("use(model)", "pass") if branch == "body" else ("pass", "use(model)")
+    facts = _facts(
+        "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FullyShardedDataParallel\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n\n"
+        f"def f(model, other):\n    if {test}:\n        {body}\n    else:\n        {orelse}\n"
+    )
+    use = _call(facts, "use(model)")
+    assert tested_not_instance(facts, use.ctx, "model", torch_api.FSDP_CLASS) is expected

@@ -21,6 +21,7 @@ from typing import Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.conditions import tested_not_instance
 from fsdp_lint.facts.fsdp_modules import (
     UNKNOWN, Origin, fsdp_modules, has_nested_units, origins_with_callers, reshards_after_forward, uses_fsdp,
     wrap_config,
@@ -224,6 +225,8 @@ def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site:
     taken for the FSDP module the same name holds elsewhere: ``Origins.opaque``); a
     parameter that callers in other project files pass FSDP1 modules for
     (``Origins.external``) is one too."""
+    if dotted_name(model) is not None and tested_not_instance(facts, site.ctx, dotted_name(model), torch_api.FSDP_CLASS):
+        return False  # the ``else`` of ``if isinstance(model, FSDP):``
     found = origins_with_callers(facts, model, site.ctx, site.order)
     if found.fsdp1 or any(not e.fsdp2 for e in found.external):  # also as callers in other files pass it
         return True
@@ -327,7 +330,11 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
         if _inside_own_summon(facts, func.value, site):
             return None
         if gathers_full_state_dict(facts, func.value, site):
-            return Collective("a full FSDP state dict (an all-gather)")
+            # the other ranks' ``model.state_dict()`` of the same module on their side of
+            # the rank test gathers with it (``if not is_main: model.state_dict(); return``)
+            name = dotted_name(func)
+            return Collective("a full FSDP state dict (an all-gather)",
+                              balanced_by=FORWARD_KEY + name if name is not None else None)
         return None
     if site.attr == "load_state_dict" and isinstance(func, cst.Attribute) and not qualname:
         # FSDP1's full and sharded pre-load hooks unshard the parameters (an all-gather,

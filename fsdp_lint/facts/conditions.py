@@ -319,3 +319,21 @@ def tests_type_of(ctx: Context, name: str) -> bool:
                     and node.args and dotted_name(node.args[0].value) == name:
                 return True
     return False
+
+
+def tested_not_instance(facts, ctx: Context, name: str, classes) -> bool:
+    """``ctx`` stands where an ``if`` says ``name`` is no instance of ``classes`` (qualified
+    names): the ``else`` of ``if isinstance(name, FSDP):``, the body of ``if not
+    isinstance(name, FSDP):``."""
+    for guard in ctx.guards:
+        test, negated = guard.node.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, True
+        if not (isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "isinstance"
+                and len(test.args) == 2 and dotted_name(test.args[0].value) == name):
+            continue
+        kinds = test.args[1].value
+        elements = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        if all(facts.qualname(e) in classes for e in elements) and guard.branch == ("body" if negated else "orelse"):
+            return True
+    return False
