@@ -497,3 +497,31 @@ def test_a_type_test_says_a_module_is_not_fsdp(test, branch, expected):
     )
     use = _call(facts, "use(model)")
     assert tested_not_instance(facts, use.ctx, "model", torch_api.FSDP_CLASS) is expected
+
+
+def test_a_call_that_hands_its_operand_back_is_read_on_the_uses_path():
+    """``raw = model.module if ddp else model`` after ``if ddp: model = FSDP(model)`` and
+    ``if compile: model = torch.compile(model)``: the ``else`` arm's ``model`` is the plain
+    one, through the compile as without it."""
+    from fsdp_lint.facts.fsdp_modules import origins
+
+    facts = _facts(
+        """
+        import os
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        ddp = int(os.environ.get("RANK", -1)) != -1
+        compile = True
+        model = make()
+        if ddp:
+            model = FSDP(model, use_orig_params=True)
+        if compile:
+            model = torch.compile(model)
+        raw_model = model.module if ddp else model
+        use(raw_model)
+        """
+    )
+    use = _call(facts, "use(raw_model)")
+    found = origins(facts, use.node.args[0].value, use.ctx, use.order)
+    assert not found.fsdp1 and found.inner  # the ddp arm: the root's inner module; the other: not wrapped

@@ -96,6 +96,17 @@ def _returns(facts: ModuleFacts, info, call: cst.Call, via, index, depth, extra=
     return result
 
 
+def _passes_through(facts: ModuleFacts, value) -> bool:
+    """``value`` is a call that hands back its receiver or first argument (``RETURNS_SELF``
+    methods, ``TRANSPARENT_WRAPPERS``): what it is depends on what reached that operand."""
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF and facts.qualname(func) is None:
+        return True
+    return facts.qualname(func) in TRANSPARENT_WRAPPERS
+
+
 def _on_path(binding: Binding, use: Optional[Context]) -> Context:
     """The binding's context with the tests around the use it reaches (same function): the
     value followed from there is the one that runs on the use's path.  In ``raw = model.module
@@ -115,7 +126,9 @@ def _from_binding(facts: ModuleFacts, binding: Binding, via, depth, extra=(), us
         return Sources(complete=False)  # a loop element or a context manager's value
     value = binding.value
     if binding.index is None:
-        if isinstance(value, cst.IfExp):  # the arms' origins are read on the use's path
+        if isinstance(value, cst.IfExp) or _passes_through(facts, value):
+            # the arms' origins (or the value a call hands back: ``torch.compile(model)``,
+            # ``model.to(device)``) are read on the use's path
             return sources(facts, value, _on_path(binding, use), binding.order, via, depth + 1, extra)
         return sources(facts, value, binding.ctx, binding.order, via, depth + 1, extra)
     if isinstance(value, (cst.Tuple, cst.List)) and binding.index < len(value.elements):
