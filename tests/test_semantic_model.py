@@ -525,3 +525,34 @@ def test_a_call_that_hands_its_operand_back_is_read_on_the_uses_path():
     use = _call(facts, "use(raw_model)")
     found = origins(facts, use.node.args[0].value, use.ctx, use.order)
     assert not found.fsdp1 and found.inner  # the ddp arm: the root's inner module; the other: not wrapped
+
+
+@pytest.mark.parametrize("code, reaching", [
+    # an elif chain whose last arm raises: both other arms reach the code after it
+    ("if c == 1:\n        x = 1\n    elif c == 2:\n        x = 2\n    else:\n        raise ValueError\n    use(x)",
+     ["1", "2"]),
+    # the same inside a with block, and read under a test that keeps one arm
+    ("with ctx():\n        if c == 1:\n            x = 1\n        elif c == 2:\n            x = 2\n"
+     "        else:\n            raise ValueError\n        if c == 1:\n            use(x)", ["1"]),
+    # an early exit inside a branch narrows the rest of that branch only
+    ("x = 0\n    if c:\n        if d:\n            return\n        x = 1\n    use(x)", ["0", "1"]),
+])
+def test_the_guards_of_an_exit_inside_a_branch_end_with_the_branch(code, reaching):
+    facts = _facts("def f(c, d):\n    " + code + "\n")
+    use = _call(facts, "use(x)")
+    assert sorted(facts.module.code_for_node(b.value) for b in lookup(facts, "x", use.ctx, use.order).bindings) == reaching
+
+
+@pytest.mark.parametrize("other, per_rank", [("dist.get_rank() % num_shard", True), ("0", False)])
+def test_a_path_is_per_rank_when_every_binding_reaching_it_is(other, per_rank):
+    from fsdp_lint.facts.ranks import per_rank_path
+
+    facts = _facts(
+        "import torch\nimport torch.distributed as dist\n\n\n"
+        "def save(opt, strategy, num_shard):\n    with ctx():\n        if strategy == 'full':\n"
+        "            shard_index = dist.get_rank()\n        elif strategy == 'hybrid':\n"
+        f"            shard_index = {other}\n        else:\n            raise ValueError(strategy)\n"
+        "        path = f'optimizer.{shard_index:05d}.pt'\n        torch.save(opt.state_dict(), path)\n"
+    )
+    save = _call(facts, "torch.save(opt.state_dict(), path)")
+    assert per_rank_path(facts, save, save.node.args[1].value) is per_rank

@@ -39,7 +39,7 @@ from fsdp_lint.facts.helper_summary import Helper, argument, kinds_of, project_h
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, FunctionInfo, ModuleFacts
 from fsdp_lint.facts.optimizers import optimizers
-from fsdp_lint.facts.ranks import mentions_rank, per_rank_path, restricted_to_some_ranks
+from fsdp_lint.facts.ranks import mentions_rank, per_rank_path, restricted_to_some_ranks, value_parts
 from fsdp_lint.facts.scopes import latest_binding, lookup
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.facts.values import bind_arguments, first_positional
@@ -416,10 +416,34 @@ class _Summarizer:
         if any(isinstance(s, cst.If) and mentions_rank(s.test) for s in function.body.body):
             return  # a rank test in the helper, perhaps an early exit: not on every rank
         param = _param(facts, info, path.value, site)
-        if param is None and per_rank_path(facts, site, path.value):
-            return
+        if param is None:
+            if per_rank_path(facts, site, path.value):
+                return
+            made_of = _path_params(facts, info, path.value, site)
+            if len(made_of) > 1:
+                return  # ``target = folder / name``: which of the caller's arguments makes it per rank is not kept
+            param = made_of[0] if made_of else None
         helper.saves = f"`{dotted_name(site.node.func)}`"
         helper.save_at, helper.save_path = site.node, param
+
+
+def _path_params(facts: ModuleFacts, info: FunctionInfo, expr, site: CallSite, depth: int = 0) -> List[str]:
+    """The parameters of the helper a save path is made of (``target = folder / fname``),
+    through the names bound to it in the helper, each once."""
+    found: List[str] = []
+    for item in value_parts(expr):
+        name = dotted_name(item) if isinstance(item, (cst.Name, cst.Attribute)) else None
+        head = name.split(".", 1)[0] if name is not None else None
+        if head is None:
+            continue
+        param = _param(facts, info, head, site)
+        if param is not None:
+            found.append(param)
+            continue
+        latest = latest_binding(facts, head, site.ctx, site.order)
+        if depth < MAX_DEPTH and latest is not None and latest.ctx.function is info.node:
+            found.extend(_path_params(facts, info, latest.value, site, depth + 1))
+    return list(dict.fromkeys(found))
 
 
 def summaries(facts: ModuleFacts) -> Dict[str, Helper]:

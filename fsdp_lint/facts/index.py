@@ -240,11 +240,18 @@ class _Indexer:
             bindings=self.binding_index,
         )
 
-    def _guard(self, node: cst.If, branch, which: str) -> Exit:
+    def _guard(self, node: cst.If, branch, which: str, depth: list) -> Exit:
         def push() -> None:
+            depth.append(len(self.frames[-1].guards))
             self._update(guards=self.frames[-1].guards + (self._new_guard(node, branch, which),))
 
         return Exit(push)
+
+    def _end_branch(self, depth: list) -> Exit:
+        """Leave a branch: the guards go back to what they were before it, also dropping
+        the after-exit guards of ``if``s inside it (``_after_if``: the rest of the branch ran
+        only on their other path, the code after the whole ``if`` does not)."""
+        return Exit(lambda: self._update(guards=self.frames[-1].guards[:depth.pop()]))
 
     def _after_if(self, node: cst.If) -> Exit:
         """``if test: ...; return`` (no else): the rest of the block runs only when the test
@@ -268,11 +275,11 @@ class _Indexer:
     def on_if(self, node: cst.If, stack) -> None:
         stack.append(self._after_if(node))
         self._enter_statement(node, stack)
-        pop = Exit(lambda: self._update(guards=self.frames[-1].guards[:-1]))
+        depth: list = []
         if node.orelse is not None:
             branch = node.orelse.body if isinstance(node.orelse, cst.Else) else None
-            stack.extend([pop, node.orelse, self._guard(node, branch, "orelse")])
-        stack.extend([pop, node.body, self._guard(node, node.body, "body"), node.test])
+            stack.extend([self._end_branch(depth), node.orelse, self._guard(node, branch, "orelse", depth)])
+        stack.extend([self._end_branch(depth), node.body, self._guard(node, node.body, "body", depth), node.test])
 
     def on_with(self, node: cst.With, stack) -> None:
         self._enter_statement(node, stack)
