@@ -304,6 +304,8 @@ def _import_bindings(text: str) -> List[Tuple[str, str]]:
 # a summary also reads the whole file's FSDP use (a collective "needs" FSDP in the caller's
 # file only where this one wraps nothing; a forward helper's model is the file's sharded one)
 _FILE_WIDE = re.compile(r"fsdp|fully_shard|FullyShardedDataParallel", re.IGNORECASE)
+
+
 class ProjectIndex:
     """Summaries of a project's files, by content (one per process; its answers are shared by
     the files of a run).  ``cache_dir``: the result cache's folder (summaries go under
@@ -318,6 +320,7 @@ class ProjectIndex:
         # root -> (when read, file -> the files naming FSDP that import it)
         self._importers: Dict[str, Tuple[float, Dict[str, List[str]]]] = {}
         self._passed: Dict[str, Tuple[Tuple[int, int], List[dict]]] = {}  # file -> (stat, its passed_modules)
+        self._digests: Dict[str, Tuple[Tuple[int, int], str]] = {}  # file -> (stat, sha256 of its bytes)
         self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
         self._exists: Dict[str, bool] = {}
         self._listings: Dict[str, FrozenSet[str]] = {}
@@ -486,13 +489,19 @@ class ProjectIndex:
                 candidates.append(f"{module}{name}" if module.endswith(".") else f"{module}.{name}")
             if module.strip("."):
                 candidates.append(module)
-            for candidate in candidates:
-                target = self.module_file(path, root, candidate)
-                if target is not None:
-                    if target != path:
-                        found.append(target)
-                    break
+            target = self._first_module_file(path, root, candidates)
+            if target is not None and target != path:
+                found.append(target)
         return list(dict.fromkeys(found))
+
+    def _first_module_file(self, importer: str, root: str, candidates) -> Optional[str]:
+        """The project file of the first of ``candidates`` (dotted modules, the imported name
+        first: ``from a import b`` may import the module ``a.b`` or a name of ``a``) that is one."""
+        for candidate in candidates:
+            target = self.module_file(importer, root, candidate)
+            if target is not None:
+                return target
+        return None
 
     def imported_files(self, script: str) -> FrozenSet[str]:
         """The project files a script imports, and what they import, ``MAX_REACH_DEPTH``
@@ -523,6 +532,23 @@ class ProjectIndex:
         found = frozenset(seen)
         self._reach[script] = (key, found)
         return found
+
+    def digest(self, path: str) -> str:
+        """The sha256 of a file's bytes ("unreadable" when it cannot be read), by its stat:
+        each importer is read once however many files it imports (``ProjectView.tag``)."""
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return "unreadable"
+        key = (stat.st_mtime_ns, stat.st_size)
+        memo = self._digests.get(path)
+        if memo is None or memo[0] != key:
+            try:
+                with open(path, "rb") as handle:
+                    memo = self._digests[path] = (key, hashlib.sha256(handle.read()).hexdigest())
+            except OSError:
+                return "unreadable"
+        return memo[1]
 
     # -- who passes FSDP modules to a file's functions -----------------------------------------
     def importers(self, path: str, root: str) -> List[str]:
@@ -558,11 +584,9 @@ class ProjectIndex:
                 targets = []
                 for _, spec in _import_bindings(text):  # a plain scan: an import in a string only costs a look
                     module = spec.rpartition(".")[0] if not spec.endswith(".") else ""
-                    for candidate in (spec, module):
-                        target = self.module_file(path, root, candidate) if candidate.strip(".") else None
-                        if target is not None:
-                            targets.append(os.path.normpath(target))
-                            break
+                    target = self._first_module_file(path, root, [c for c in (spec, module) if c.strip(".")])
+                    if target is not None:
+                        targets.append(os.path.normpath(target))
                 for target in dict.fromkeys(targets):
                     if target != path:
                         found.setdefault(target, []).append(path)
@@ -702,12 +726,7 @@ class ProjectView:
         if not helpers and self.launcher is None and not importers:
             return ""
         pieces = sorted(f"{name}={json.dumps(h.to_json(), sort_keys=True)}" for name, h in helpers.items())
-        for importer in importers:
-            try:
-                with open(importer, "rb") as handle:
-                    pieces.append(f"importer={importer}|{hashlib.sha256(handle.read()).hexdigest()}")
-            except OSError:
-                pieces.append(f"importer={importer}|unreadable")
+        pieces += [f"importer={importer}|{self.index.digest(importer)}" for importer in importers]
         if self.launcher is not None:
             pieces.append(f"launcher={self.launcher.name}|{self.launcher.source}")
         return "project=" + hashlib.sha256("\n".join(pieces).encode()).hexdigest()

@@ -826,7 +826,7 @@ def _fsd101(s: Summary) -> Iterator[ast.AST]:
     framework = (s.imports_from("accelerate") and (_stale_plugin(s) or s.launched)) or (
         s.imports_from("lightning") and any(i.endswith("ModelParallelStrategy") for i in identifiers)
     )
-    wrapping = {key for key, _, _, _ in s.wraps()}  # with the project's sharding helpers
+    wrapping = _wrapping_frames(s)  # with the project's sharding helpers
     if not wrapping and not framework:
         return
     factories = {
@@ -1005,9 +1005,9 @@ _SCREENS: Dict[str, Callable[[Summary], Iterator[ast.AST]]] = {
 _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
     "fsdp2_wrap": lambda s: s.fsdp2_wraps(),
     "fsdp_wrap": lambda s: bool(s.wraps()),
-    "fsdp1_model": lambda s: bool(s.fsdp1_wraps() or s.fsdp1_annotated()),
+    "fsdp1_model": lambda s: _fsdp1_model(s),
     # or one a caller in another project file may pass (``Origins.external``)
-    "fsdp1_passed": lambda s: bool(s.fsdp1_wraps() or s.fsdp1_annotated()) or PASSED in s.project,
+    "fsdp1_passed": lambda s: _fsdp1_model(s) or PASSED in s.project,
     "fsdp_program": lambda s: bool(s.wraps()) or s.imports_from(torch_api.FSDP_PACKAGE)
     or (s.launched and s.imports_from("accelerate")),  # ``frameworks.launched_prepares``
     "cpu_offload_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _project_offloads(s),
@@ -1015,6 +1015,10 @@ _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
     "params_on_cpu_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_string(s)
     or _project_offloads(s),
 }
+
+
+def _fsdp1_model(s: Summary) -> bool:
+    return bool(s.fsdp1_wraps() or s.fsdp1_annotated())
 
 
 def _cpu_string(s: Summary) -> bool:
@@ -1078,13 +1082,15 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
     ``gate_calls``, ``gate_arguments``, ``gate_names``) instead of having a hand-written
     one: nothing unless every declared fact holds and the code names one of the declared
     names; then the calls of a declared name (by the name written or any qualified name it
-    may have; only those that may be torch's with ``gate_torch_only``, only statements of
-    their own with ``gate_bare``) that may pass one of the declared arguments, or, with
-    no calls declared, the file's wraps.  None for a rule that declares nothing (it is
+    may have, a dotted one by its qualified name; only those that may be torch's with
+    ``gate_torch_only``, only statements of their own with ``gate_bare``) or of a helper
+    doing one of ``gate_helper_kinds``, that may pass one of the declared arguments, whose
+    receiver is what ``gate_receiver`` asks and whose function does one of ``gate_anchors``;
+    or, with no calls declared, the file's wraps.  None for a rule that declares nothing (it is
     always kept)."""
-    facts, calls = tuple(rule.gate_facts), frozenset(rule.gate_calls) | frozenset(rule.gate_helper_kinds)
+    facts, calls = tuple(rule.gate_facts), frozenset(rule.gate_calls)
     helper_kinds = frozenset(rule.gate_helper_kinds)
-    qualified = frozenset(c for c in rule.gate_calls if "." in c)
+    qualified = frozenset(c for c in calls if "." in c)
     arguments, names, bare = dict(rule.gate_arguments), frozenset(rule.gate_names), rule.gate_bare
     receiver = rule.gate_receiver
     if receiver not in _RECEIVERS:
@@ -1096,8 +1102,8 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
     if rule.gate_torch_only and not calls <= _TORCH_CALLS.keys():
         raise ValueError(f"{rule.code}: the gate cannot tell torch's calls of {sorted(calls - _TORCH_CALLS.keys())}")
     narrowed = sorted(calls) if rule.gate_torch_only else []
-    known = frozenset() if rule.gate_torch_only else frozenset(rule.gate_calls) - qualified
-    if not facts and not calls:
+    known = frozenset() if rule.gate_torch_only else calls - qualified
+    if not facts and not calls and not helper_kinds:
         return None
     unknown = [f for f in facts if f not in _GATE_FACTS]
     if unknown:
@@ -1106,7 +1112,7 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
     def screen_of(s: Summary) -> Iterator[ast.AST]:
         if not all(_GATE_FACTS[f](s) for f in facts) or (names and s.names.isdisjoint(names)):
             return
-        if not calls:
+        if not calls and not helper_kinds:
             yield from (call for _, call, _, _ in s.wraps())
             return
         named = [call for frame in s.frames.values() for call in frame.calls if not known.isdisjoint(

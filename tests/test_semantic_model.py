@@ -544,7 +544,9 @@ def test_the_guards_of_an_exit_inside_a_branch_end_with_the_branch(code, reachin
 
 
 @pytest.mark.parametrize("other, per_rank", [("dist.get_rank() % num_shard", True), ("0", False)])
-def test_a_path_is_per_rank_when_every_binding_reaching_it_is(other, per_rank):
+def test_a_path_made_after_an_elif_chain_that_raises_reads_the_binding_that_reaches_it(other, per_rank):
+    """``shard_index`` bound in each arm of ``if/elif/else: raise`` inside a ``with``: the
+    path reads the binding that reaches it last (the guard stack kept the arms apart)."""
     from fsdp_lint.facts.ranks import per_rank_path
 
     facts = _facts(

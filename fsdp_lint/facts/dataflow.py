@@ -96,15 +96,19 @@ def _returns(facts: ModuleFacts, info, call: cst.Call, via, index, depth, extra=
     return result
 
 
-def _passes_through(facts: ModuleFacts, value) -> bool:
-    """``value`` is a call that hands back its receiver or first argument (``RETURNS_SELF``
-    methods, ``TRANSPARENT_WRAPPERS``): what it is depends on what reached that operand."""
+def handed_back(facts: ModuleFacts, value) -> Optional[cst.BaseExpression]:
+    """The operand a call hands back as its value: the receiver of a ``RETURNS_SELF``
+    method (``model.to(device)``), the first argument of a ``TRANSPARENT_WRAPPERS`` call
+    (``torch.compile(model)``); None for anything else."""
     if not isinstance(value, cst.Call):
-        return False
+        return None
     func = value.func
     if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF and facts.qualname(func) is None:
-        return True
-    return facts.qualname(func) in TRANSPARENT_WRAPPERS
+        return func.value
+    if facts.qualname(func) in TRANSPARENT_WRAPPERS and value.args and not value.args[0].star \
+            and value.args[0].keyword is None:
+        return value.args[0].value
+    return None
 
 
 def _on_path(binding: Binding, use: Optional[Context]) -> Context:
@@ -126,7 +130,7 @@ def _from_binding(facts: ModuleFacts, binding: Binding, via, depth, extra=(), us
         return Sources(complete=False)  # a loop element or a context manager's value
     value = binding.value
     if binding.index is None:
-        if isinstance(value, cst.IfExp) or _passes_through(facts, value):
+        if isinstance(value, cst.IfExp) or handed_back(facts, value) is not None:
             # the arms' origins (or the value a call hands back: ``torch.compile(model)``,
             # ``model.to(device)``) are read on the use's path
             return sources(facts, value, _on_path(binding, use), binding.order, via, depth + 1, extra)
@@ -336,11 +340,9 @@ def sources(
         return _item(facts, expr, ctx, order, via, depth)
     if isinstance(expr, cst.Call):
         func = expr.func
-        if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF and facts.qualname(func) is None:
-            return sources(facts, func.value, ctx, order, via, depth + 1, extra)
-        if facts.qualname(func) in TRANSPARENT_WRAPPERS and expr.args and not expr.args[0].star \
-                and expr.args[0].keyword is None:
-            return sources(facts, expr.args[0].value, ctx, order, via, depth + 1, extra)
+        operand = handed_back(facts, expr)
+        if operand is not None:
+            return sources(facts, operand, ctx, order, via, depth + 1, extra)
         if isinstance(func, cst.Attribute) and func.attr.value == "get" and facts.qualname(func) is None \
                 and 1 <= len(expr.args) <= 2 and not any(a.star or a.keyword for a in expr.args):
             got = _dict_get(facts, expr, ctx, order, via, depth)

@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.dataflow import called_functions
+from fsdp_lint.facts.dataflow import RETURNS_SELF, called_functions
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, Context, ModuleFacts
 from fsdp_lint.facts.scopes import latest_binding
@@ -82,14 +82,23 @@ def _compute(facts: ModuleFacts) -> List[Cast]:
         attr = site.attr
         func = site.node.func
         receiver = dotted_name(getattr(func, "value", None))
-        if receiver is None or (attr not in CAST_METHODS and attr != "to"):
+        if receiver is None:
             continue
-        if attr == "to":
-            if casts_dtype(facts, site.node):
-                found.append(Cast(site, receiver, _to_dtype(facts, site.node)))
-        elif not site.node.args:  # Module.half()/bfloat16()/float()/double() take no arguments
-            found.append(Cast(site, receiver, _METHOD_DTYPE[attr]))
+        is_cast, dtype = _cast(facts, site.node, attr)
+        if is_cast:
+            found.append(Cast(site, receiver, dtype))
     return found
+
+
+def _cast(facts: ModuleFacts, call, attr: Optional[str]) -> Tuple[bool, Optional[str]]:
+    """Whether the method call ``call`` (named ``attr``) casts its module, and to which dtype
+    (None when not a literal one): ``.to(dtype)``, ``.to(device, dtype=...)``, and
+    ``Module.half()``/``bfloat16()``/``float()``/``double()``, which take no arguments."""
+    if attr == "to":
+        return (True, _to_dtype(facts, call)) if casts_dtype(facts, call) else (False, None)
+    if attr in CAST_METHODS and not call.args:
+        return True, _METHOD_DTYPE[attr]
+    return False, None
 
 
 def loaded_dtype(facts: ModuleFacts, call) -> Optional[str]:
@@ -105,8 +114,10 @@ def loaded_dtype(facts: ModuleFacts, call) -> Optional[str]:
     return None
 
 
-# methods that return their module unchanged in dtype (``from_pretrained(...).to(device)``)
-_KEEPS_DTYPE = frozenset({"cuda", "cpu", "train", "eval", "requires_grad_"})
+# methods that hand back their module (``dataflow.RETURNS_SELF``) unchanged in dtype
+# (``from_pretrained(...).cuda()``): not the casts, not ``to`` (read by ``_cast``), not
+# ``to_empty`` or ``apply``, which make new tensors or run any function
+_KEEPS_DTYPE = RETURNS_SELF - CAST_METHODS - {"to", "to_empty", "apply"}
 MAX_LOAD_DEPTH = 3
 
 
@@ -126,14 +137,10 @@ def loaded_in(facts: ModuleFacts, value, ctx: Context, depth: int = 0) -> Option
     func = value.func
     if isinstance(func, cst.Attribute) and facts.qualname(func) is None:
         attr = func.attr.value
-        if attr in CAST_METHODS and not value.args:
-            return _METHOD_DTYPE[attr], value
-        if attr == "to":
-            if casts_dtype(facts, value):
-                found = _to_dtype(facts, value)
-                return (found, value) if found is not None else None
-            return loaded_in(facts, func.value, ctx, depth + 1)
-        if attr in _KEEPS_DTYPE:
+        is_cast, cast_to = _cast(facts, value, attr)
+        if is_cast:
+            return (cast_to, value) if cast_to is not None else None
+        if attr == "to" or attr in _KEEPS_DTYPE:  # ``.to(device)``, ``.cuda()``, ``.eval()``
             return loaded_in(facts, func.value, ctx, depth + 1)
     infos = called_functions(facts, value, ctx)
     if len(infos) != 1 or facts.qualname(func) is not None:

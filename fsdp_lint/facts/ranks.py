@@ -33,7 +33,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, ModuleFacts
-from fsdp_lint.facts.scopes import latest_binding, lookup, module_functions
+from fsdp_lint.facts.scopes import latest_binding, module_functions
 from fsdp_lint.facts.values import literal_string
 
 # ``node_rank`` (every process of a node), ``tp_rank``/``pp_rank`` (a sub-mesh) and
@@ -358,14 +358,7 @@ def per_rank_path(facts: ModuleFacts, site, expr, depth: int = 0) -> bool:
             names.add(dotted_name(item).split(".", 1)[0])  # ``tmp.name``: what ``tmp`` is
     for name in names:
         latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
-        if latest is not None:
-            if latest.ctx.function is site.ctx.function and per_rank_path(facts, site, latest.value, depth + 1):
-                return True
-            continue
-        # several bindings reach (``shard_index = rank`` in one branch, ``rank % n`` in
-        # another): per rank when every one of them is
-        reaching = lookup(facts, name, site.ctx, site.order).bindings
-        if reaching and all(b.kind == "assign" and b.value is not None and b.ctx.function is site.ctx.function
-                            and per_rank_path(facts, site, b.value, depth + 1) for b in reaching):
+        if latest is not None and latest.ctx.function is site.ctx.function \
+                and per_rank_path(facts, site, latest.value, depth + 1):
             return True
     return False
