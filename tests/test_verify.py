@@ -154,14 +154,15 @@ def test_hang_is_killed_at_the_timeout_with_each_ranks_stack(tmp_path):
         "    time.sleep(600)\n"
         "wait_forever()\n",
     )
-    outcome = launch(program, str(tmp_path / "logs"), nproc=2, timeout=30, quiet=2.0)
-    assert outcome.timed_out and outcome.hang_decided == "the 30 s timeout"
-    assert outcome.seconds >= 30
+    # 12 s: past the watch's probes at 2 and 6 s, before its next one at 14 s
+    outcome = launch(program, str(tmp_path / "logs"), nproc=2, timeout=12, quiet=2.0)
+    assert outcome.timed_out and outcome.hang_decided == "the 12 s timeout"
+    assert outcome.seconds >= 12
     assert all(r.hung for r in outcome.ranks)
     assert outcome.ranks[0].describe() == "hung, killed at the timeout"
-    scenario = Scenario(program="x", hazard="hang", hang_is_hazard=True, timeout=30)
+    scenario = Scenario(program="x", hazard="hang", hang_is_hazard=True, timeout=12)
     assert judge_mod.hazard_evidence(scenario, outcome) == [
-        "hang at the 30 s timeout: rank 0 `time.sleep(600)` (line 9); rank 1 `time.sleep(600)` (line 9)"
+        "hang at the 12 s timeout: rank 0 `time.sleep(600)` (line 9); rank 1 `time.sleep(600)` (line 9)"
     ]
 
 
@@ -174,7 +175,7 @@ def test_a_rank_waiting_for_a_busy_peer_is_not_hung(tmp_path):
         "import json, subprocess\n"
         "import torch.distributed as dist\n"
         "dist.init_process_group('gloo')\n"
-        "BUSY = 'import time\\nend = time.monotonic() + 8\\nwhile time.monotonic() < end:\\n    pass\\n'\n"
+        "BUSY = 'import time\\nend = time.monotonic() + 5\\nwhile time.monotonic() < end:\\n    pass\\n'\n"
         "if rank == 0:\n"
         "    exec(BUSY)\n"
         "dist.barrier()\n"
