@@ -558,3 +558,28 @@ def test_a_path_made_after_an_elif_chain_that_raises_reads_the_binding_that_reac
     )
     save = _call(facts, "torch.save(opt.state_dict(), path)")
     assert per_rank_path(facts, save, save.node.args[1].value) is per_rank
+
+
+@pytest.mark.parametrize("test, together", [
+    ("torch.cuda.is_available()", False),  # one answer for the whole process
+    ("not torch.cuda.is_available()", True),
+    ("dist.is_initialized()", True),  # may change between the two calls: not read
+    ("use_cuda", True),  # the caller's name is another variable than the helper's
+])
+def test_a_process_constant_test_relates_two_functions(test, together):
+    """The helper's ``else`` (no GPU) and the caller's code under ``test``."""
+    from fsdp_lint.facts.conditions import never_together
+
+    facts = _facts("import torch\nimport torch.distributed as dist\n"
+                   "def setup():\n    use_cuda = torch.cuda.is_available()\n"
+                   "    if use_cuda:\n        made(1)\n    else:\n        made(2)\n"
+                   f"def main(use_cuda):\n    if {test}:\n        use(1)\n")
+    assert never_together(_call(facts, "made(2)").ctx, _call(facts, "use(1)").ctx) is not together
+
+
+def test_a_process_constant_test_read_through_a_name_in_one_function():
+    from fsdp_lint.facts.flow import exclusive
+
+    facts = _facts("import torch\ndef main():\n    use_cuda = torch.cuda.is_available()\n"
+                   "    if use_cuda:\n        wrap(net)\n    if not torch.cuda.is_available():\n        use(net)\n")
+    assert exclusive(_call(facts, "wrap(net)").ctx, _call(facts, "use(net)").ctx)

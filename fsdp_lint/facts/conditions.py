@@ -12,7 +12,11 @@ equal both strings. A test is read as a formula over atoms:
 - ``x == "fsdp"``, ``x != 2``, ``x in ("ddp", "fsdp")``, ``x is None`` (``x`` a name or
   attribute, the other side a literal): at most one literal equals ``x``;
 - any other comparison of names and literals (``world_size > 1``): one atom per text.
-A test that calls something (``dist.is_initialized()``), or reads a name the function binds
+- a call of a test whose answer a process cannot change (``torch.cuda.is_available()``,
+  ``torch_api.PROCESS_CONSTANT_TESTS``): one atom, the same in every function of the file,
+  so ``never_together`` relates a setup helper's ``else: device = torch.device("cpu")``
+  to its caller's ``if torch.cuda.is_available(): FSDP(m, device_id=device)``.
+Any other test that calls something (``dist.is_initialized()``), or reads a name the function binds
 more than once, in a loop, or after the test, is not read: its value may change between the
 two tests, so nothing is concluded from it; inside ``and``/``or``/``not`` such a part is an
 atom of its own, free to take either value, so the rest of the test still counts (an "exclusive" answer only ever removes findings; it is
@@ -28,6 +32,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, Guard
 from fsdp_lint.facts.values import literal_string
@@ -36,6 +41,7 @@ from fsdp_lint.facts.walk import descendants
 _MAX_DEPTH = 4
 _MAX_CASES = 4096
 _UNREAD = object()  # a test this module does not read
+_PROCESS = "()"  # the key prefix of a process-constant test's atom
 
 # formulas: ("atom", key) | ("eq", subject, literal) | ("not", f) | ("and", fs) | ("or", fs) | ("const", bool)
 
@@ -78,6 +84,9 @@ def _formula(expr, guard: Guard, function, depth: int = 0):
         return _UNREAD
     if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
         return ("const", expr.value == "True")
+    if isinstance(expr, cst.Call) and not expr.args and guard.bindings is not None:
+        qualname = guard.bindings.qualname(expr.func)
+        return ("atom", _PROCESS + qualname) if qualname in torch_api.PROCESS_CONSTANT_TESTS else _UNREAD
     if isinstance(expr, (cst.Name, cst.Attribute)):
         name = dotted_name(expr)
         if name is None:
@@ -203,6 +212,42 @@ def conditions_contradict(a: Context, b: Context) -> bool:
     if len(formulas) < 2:
         return False
     return not _satisfiable(formulas)
+
+
+def never_together(a: Context, b: Context) -> bool:
+    """At most one of ``a`` and ``b`` runs in one process: ``conditions_contradict`` within
+    one function; across two functions only the process-constant tests relate them (a name
+    in one function is another variable than the same name in the other, so every other
+    atom is kept apart per side)."""
+    if a.function is b.function:
+        return conditions_contradict(a, b)
+    formulas = []
+    for side, ctx in (("a", a), ("b", b)):
+        for guard in ctx.guards:
+            found = _guard_formula(guard, ctx.function)
+            if found is not None:
+                formulas.append(_apart(found, side))
+    atoms: Set[str] = set()
+    for formula in formulas:
+        _atoms(formula, atoms, {})
+    if not any(atom.startswith(_PROCESS) for atom in atoms):
+        return False
+    return not _satisfiable(formulas)
+
+
+def _apart(formula, side: str):
+    """``formula`` with every atom and subject except the process-constant tests renamed for
+    ``side``."""
+    kind = formula[0]
+    if kind == "atom":
+        return formula if formula[1].startswith(_PROCESS) else ("atom", side + ":" + formula[1])
+    if kind == "eq":
+        return ("eq", side + ":" + formula[1], formula[2])
+    if kind == "not":
+        return ("not", _apart(formula[1], side))
+    if kind in ("and", "or"):
+        return (kind, tuple(_apart(part, side) for part in formula[1]))
+    return formula
 
 
 def _class_flag(guard: Guard, function, class_def, name: str) -> bool:

@@ -195,7 +195,7 @@ def _instance_of(facts: ModuleFacts, expr, site, class_def) -> bool:
 
 
 def _caller_context(facts: ModuleFacts, call: cst.Call) -> Optional[Tuple[Context, int]]:
-    site = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(call))
+    site = facts.call_site(call)
     return (site.ctx, site.order) if site is not None else None
 
 

@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.dataflow import RETURNS_SELF, called_functions
+from fsdp_lint.facts.dataflow import RETURNS_SELF, called_functions, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, Context, ModuleFacts
 from fsdp_lint.facts.scopes import latest_binding
@@ -45,6 +45,17 @@ def canonical_dtype(facts: ModuleFacts, expr) -> Optional[str]:
     if qualname not in TORCH_DTYPES:
         return None
     return _CANONICAL.get(qualname, qualname)
+
+
+def dtype_at(facts: ModuleFacts, expr, ctx: Optional[Context], order: int) -> Optional[str]:
+    """``canonical_dtype``, also through names (``dtype = torch.bfloat16`` then
+    ``dtype=dtype``) when every value that may reach ``ctx``/``order`` is the same dtype."""
+    found = canonical_dtype(facts, expr)
+    if found is not None or ctx is None or not isinstance(expr, (cst.Name, cst.Attribute)):
+        return found
+    values = sources(facts, expr, ctx, order)
+    dtypes = {canonical_dtype(facts, s.expr) for s in values.found}
+    return dtypes.pop() if values.complete and len(dtypes) == 1 else None
 
 
 def casts_dtype(facts: ModuleFacts, call) -> bool:
@@ -101,16 +112,18 @@ def _cast(facts: ModuleFacts, call, attr: Optional[str]) -> Tuple[bool, Optional
     return False, None
 
 
-def loaded_dtype(facts: ModuleFacts, call) -> Optional[str]:
+def loaded_dtype(facts: ModuleFacts, call, ctx: Optional[Context] = None) -> Optional[str]:
     """``X.from_pretrained(..., torch_dtype=torch.bfloat16)`` or ``X.from_config(config,
-    torch_dtype=...)`` (or ``dtype=``): the dtype the
-    loaded model's weights have; None otherwise."""
+    torch_dtype=...)`` (or ``dtype=``, the name transformers uses since 4.56; a name holding
+    one dtype where ``ctx`` is given): the dtype the loaded model's weights have; None
+    otherwise."""
     func = getattr(call, "func", None)
     if getattr(getattr(func, "attr", None), "value", None) not in ("from_pretrained", "from_config"):
         return None
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value in ("torch_dtype", "dtype"):
-            return canonical_dtype(facts, arg.value)
+            site = facts.call_site(call)
+            return dtype_at(facts, arg.value, ctx, site.order if site is not None else 0)
     return None
 
 
@@ -131,7 +144,7 @@ def loaded_in(facts: ModuleFacts, value, ctx: Context, depth: int = 0) -> Option
     place says nothing).  None when it is not known."""
     if depth > MAX_LOAD_DEPTH or not isinstance(value, cst.Call):
         return None
-    dtype = loaded_dtype(facts, value)
+    dtype = loaded_dtype(facts, value, ctx)
     if dtype is not None:
         return dtype, value
     func = value.func

@@ -28,7 +28,7 @@ from fsdp_lint.facts.helper_summary import Helper, argument as helper_argument, 
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import argument_for, function_info, lookup
-from fsdp_lint.facts.conditions import excludes_value
+from fsdp_lint.facts.conditions import excludes_value, never_together
 from fsdp_lint.facts.values import UNKNOWN, first_positional, keyword_args, literal_bool, literal_string
 
 
@@ -239,7 +239,6 @@ def _through_helpers(facts: ModuleFacts, targets, fsdp2_wraps: List[FsdpWrap], f
     fully_shard(model)`` shards the module its caller passes: each call of such an in-file
     function (``apply_fsdp(net)``, ``self.shard(net)``, a helper's helper) is an FSDP2 wrap
     of that argument.  Only a parameter sharded as it is (not rebound before the call) counts."""
-    sites = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls})
     pending = [(wrap, wrap, 0) for wrap in fsdp2_wraps]
     seen: Set[Tuple[int, str]] = set()
     while pending:
@@ -253,7 +252,7 @@ def _through_helpers(facts: ModuleFacts, targets, fsdp2_wraps: List[FsdpWrap], f
         if lookup(facts, wrap.wrapped, wrap.site.ctx, wrap.site.order).param != wrap.wrapped:
             continue  # rebound in the function before the call: not the caller's module
         for call in calls_of(facts, function):
-            site = sites.get(id(call))
+            site = facts.call_site(call)
             known, argument = argument_for(call, info, wrap.wrapped)
             passed = dotted_name(argument) if known and argument is not None else None
             if site is None or passed is None or (id(call), passed) in seen:
@@ -342,13 +341,12 @@ def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression],
     merged = Origins(list(result.wraps), complete=True, plain=result.plain, opaque=result.opaque,
                      inner=list(result.inner), external=list(result.external))
     info = function_info(facts, ctx.function)
-    sites = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls})
     for call in callers:
         through = origins(facts, expr, ctx, order, (call,))
         if isinstance(expr, cst.Name) and info is not None and expr.value in info.param_names:
             # the caller's own parameter, passed on: what other files pass for it
             known, argument = argument_for(call, info, expr.value)
-            site = sites.get(id(call))
+            site = facts.call_site(call)
             if known and argument is not None and site is not None:
                 merged.external.extend(_passed_from_other_files(facts, argument, site.ctx, site.order))
         merged.wraps.extend(o for o in through.wraps if o not in merged.wraps)
@@ -405,7 +403,7 @@ def _star_kwargs_of_call(facts: ModuleFacts, expr, ctx, via) -> Optional[List[Di
     if not (isinstance(expr, cst.Name) and info is not None and expr.value == info.star_kwargs and via):
         return None
     call = via[-1]
-    caller = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(call))
+    caller = facts.call_site(call)
     if caller is None:
         return None
     named = set(info.param_names)
@@ -584,11 +582,13 @@ def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
         elif UNKNOWN in answers or not offload_arg.sources.complete:
             offload = UNKNOWN
     device = argument(facts, origin, "device_id")
-    cpu_device = device.known and any(is_cpu_device(facts, s) for s in device.sources.found) \
+    # a device value made where the construction cannot also run (``else: torch.device("cpu")``
+    # of a helper's ``if torch.cuda.is_available():``, the wrap under that same test) is not
+    # one it is given
+    devices = [s for s in device.sources.found if not never_together(s.ctx, wrap.site.ctx)]
+    cpu_device = device.known and any(is_cpu_device(facts, s) for s in devices) \
         and not _device_tested_not_cpu(origin)
-    cpu_device_always = cpu_device and device.sources.complete and all(
-        is_cpu_device(facts, s) for s in device.sources.found
-    )
+    cpu_device_always = cpu_device and device.sources.complete and all(is_cpu_device(facts, s) for s in devices)
     use_orig = UNKNOWN if wrap.fsdp2 else _bool_value(facts, argument(facts, origin, "use_orig_params"), False)
     sharding: object = UNKNOWN
     if not wrap.fsdp2:

@@ -104,7 +104,7 @@ def per_step_via_call(facts: ModuleFacts, ctx: Context) -> Optional[Tuple[Loop, 
     if ctx.function is None or any(_sparse(facts, g, ctx.loops, ctx) for g in ctx.guards):
         return None
     for call in calls_of(facts, ctx.function):
-        site = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(call))
+        site = facts.call_site(call)
         if site is not None and site.ctx.function is not ctx.function:
             outer = per_step_loop(facts, site.ctx)
             if outer is not None:

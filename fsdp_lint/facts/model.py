@@ -37,6 +37,10 @@ class BindingIndex:
             self._by = by
         return self._by.get((id(function), name), [])
 
+    def qualname(self, expr) -> Optional[str]:
+        """The qualified name ``expr`` refers to (a test's call: ``torch.cuda.is_available``)."""
+        return self._facts.qualname(expr)
+
     def globals_rewritten_after(self, order: int) -> bool:
         """The module runs, after ``order``, code that may rebind its globals by name:
         ``exec(...)`` (nanoGPT's ``exec(open("configurator.py").read())`` overrides
@@ -222,6 +226,10 @@ class ModuleFacts:
         if key not in self._cache:
             self._cache[key] = compute(self)
         return self._cache[key]
+
+    def call_site(self, call) -> Optional["CallSite"]:
+        """The recorded site of the call node ``call`` (its context and order)."""
+        return self.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(call))
 
     def qualname(self, expr) -> Optional[str]:
         """The imported name ``expr`` stands for (``facts.imports``), memoised per node."""

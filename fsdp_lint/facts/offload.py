@@ -130,7 +130,7 @@ def _built_here(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
 
 
 def _evidence_context(facts: ModuleFacts, evidence: OffloadEvidence) -> Optional[Context]:
-    site = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(evidence.node))
+    site = facts.call_site(evidence.node)
     if site is not None:
         return site.ctx
     return evidence.wrap.site.ctx if evidence.wrap is not None else None
@@ -169,13 +169,12 @@ def _reaches(facts: ModuleFacts, evidence: OffloadEvidence, ctx: Context, strict
         if info.parent is where.function:
             return True
         info = function_info(facts, info.parent)
-    by_id = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls})
     for call in calls_of(facts, where.function):  # a builder the use's function calls
-        site = by_id.get(id(call))
+        site = facts.call_site(call)
         if site is not None and site.ctx.function is function:
             return True
     for call in calls_of(facts, function):  # a caller that passes the model, and what reaches it
-        site = by_id.get(id(call))
+        site = facts.call_site(call)
         if site is None or site.ctx.function is function:
             continue
         if site.ctx.function is where.function or (depth < 2 and _reaches(facts, evidence, site.ctx, strict, depth + 1)):

@@ -73,7 +73,7 @@ def _owner_through_names(facts: ModuleFacts, site: CallSite, expr) -> Optional[c
 def _builds_optimizer_call(facts: ModuleFacts, value) -> bool:
     """``value`` is itself an optimizer's construction: a name bound to it holds an
     optimizer, not parameters (``LambdaLR(opt, ...)``, ``get_scheduler(opt)``)."""
-    site = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls}).get(id(value))
+    site = facts.call_site(value)
     return site is not None and (_named_optimizer(facts, site) or _holds_optimizer_class(facts, site))
 
 

@@ -216,9 +216,8 @@ def maybe_in_summon(facts: ModuleFacts, site: CallSite, model: Optional[str] = N
     if not summons:
         return False
     if depth < 2 and ctx.function is not None:
-        by_id = facts.cached("call_sites_by_id", lambda f: {id(s.node): s for s in f.calls})
         for call in calls_of(facts, ctx.function):
-            caller = by_id.get(id(call))
+            caller = facts.call_site(call)
             if caller is not None and caller.ctx.function is not ctx.function and maybe_in_summon(facts, caller, model, depth + 1):
                 return True
     summon_ids = {id(s.node) for s in summons if _gathers(s, model)}

@@ -58,6 +58,18 @@ CPU_OFFLOAD_POLICY = frozenset(
     }
 )
 TORCH_DEVICE = frozenset({"torch.device"})
+# tests whose answer cannot change while a process runs (the hardware and the build it
+# has): ``if torch.cuda.is_available():`` in a setup helper and around a wrap in its caller
+# are the same test, whichever function reads it
+PROCESS_CONSTANT_TESTS = frozenset(
+    {
+        "torch.cuda.is_available",
+        "torch.backends.mps.is_available",
+        "torch.cuda.is_bf16_supported",
+        "torch.distributed.is_available",
+        "torch.distributed.is_nccl_available",
+    }
+)
 FULL_STATE_DICT_CONFIG = frozenset(
     {
         "torch.distributed.fsdp.FullStateDictConfig",

@@ -8,7 +8,8 @@ from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, loaded_in, modul
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
-from fsdp_lint.facts.scopes import latest_binding, lookup, runs_before
+from fsdp_lint.facts.dataflow import calls_of
+from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, lookup, runs_before
 from fsdp_lint.facts.values import UNKNOWN
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -28,13 +29,15 @@ Checks for `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=D))` w
 the sharding: `model.to(torch.bfloat16)`, `model.bfloat16()`, `model.half()`, or
 `model.to(device, dtype=torch.bfloat16)` in place, or
 `model = X.from_pretrained(..., torch_dtype=torch.bfloat16)` (or `X.from_config(config,
-torch_dtype=...)`), also made by a function of this file that returns it (`model =
-load_model(path)`, whose `return` gives such a load or cast, and which casts it in place to no
-other dtype on its way out), on a path that reaches the
+torch_dtype=...)`, or `dtype=`, also a name holding that one dtype), also made by a function
+of this file that returns it (`model = load_model(path)`, whose `return` gives such a load or
+cast, and which casts it in place to no other dtype on its way out), on a path that reaches the
 `fully_shard` without re-binding `model` (a re-binding in a branch exclusive with the
-`fully_shard`, or on another path, leaves the cast reaching it). A layer sharded in a loop
-over the cast model's modules (`for layer in model.model.layers: fully_shard(layer, ...)`)
-holds the cast weights too and is reported as well.
+`fully_shard`, or on another path, leaves the cast reaching it). A `fully_shard` inside a
+helper of this file that shards its parameter (`def shard(model): fully_shard(model, ...)`)
+is checked with what every call of the helper in the file passes. A layer sharded in a loop
+over what is read from the cast model (`for layer in model.model.layers:`, `for block in
+find_blocks(model):`) holds the cast weights too and is reported as well.
 
 ## Why is this bad?
 FSDP2's mixed precision keeps the sharded parameters in their own dtype and casts to
@@ -63,13 +66,14 @@ fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, re
 ```
 
 ## Known problems
-- Only a `fully_shard` call written in the function, with a `MixedPrecisionPolicy` whose
-  `param_dtype` the rule can read, is checked; a policy in an unreadable `**kwargs` or set by
-  a framework config is not flagged, nor a sharding done inside a helper.
-- The cast must be in the same function before the sharding (`.to(torch.bfloat16)`,
-  `.bfloat16()`, `.half()`), or the model loaded there with a literal
-  `torch_dtype=torch.bfloat16`/`torch.float16`; a model cast in another function or loaded
-  with a dtype from a variable or `"auto"` is not flagged.
+- Only a `fully_shard` call with a `MixedPrecisionPolicy` whose `param_dtype` the rule can
+  read is checked; a policy in an unreadable `**kwargs` or set by a framework config is not
+  flagged.
+- The cast must be in the function that shards (or, for a helper's parameter, in every
+  caller of the helper in this file) before the sharding (`.to(torch.bfloat16)`,
+  `.bfloat16()`, `.half()`), or the model loaded there in a dtype the rule can read; a helper
+  called from another file, a dtype chosen at run time (`"auto"`, a command-line choice) or a
+  helper called with models in different dtypes is not flagged.
 
 ## Fix safety
 No automatic fix: pure low-precision training can be intended (then suppress with
@@ -108,44 +112,96 @@ def _policy_dtype(facts: ModuleFacts, wrap):
 
 def _module_of(facts: ModuleFacts, wrap) -> str:
     """The module whose weights the wrapped one holds: ``model`` for ``for layer in
-    model.model.layers: fully_shard(layer, ...)`` (a cast of ``model`` cast its layers too),
+    model.model.layers: fully_shard(layer, ...)`` or ``for block in find_blocks(model):``
+    (a loop over what is read from one module: a cast of ``model`` cast its layers too),
     else the wrapped name itself."""
     name = wrap.wrapped
     for loop in reversed(wrap.site.ctx.loops):
         node = loop.node
-        if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and node.target.value == name:
-            iterated = node.iter
-            if isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute) and not iterated.args \
-                    and iterated.func.attr.value in ("children", "modules"):
-                iterated = iterated.func.value
-            while isinstance(iterated, (cst.Attribute, cst.Subscript)):
-                iterated = iterated.value
-            if isinstance(iterated, cst.Name):
-                return iterated.value
+        if not isinstance(node, cst.For):
+            continue
+        targets = node.target.elements if isinstance(node.target, cst.Tuple) else [node.target]
+        if not any(isinstance(t, cst.Element) and isinstance(t.value, cst.Name) and t.value.value == name
+                   or isinstance(t, cst.Name) and t.value == name for t in targets):
+            continue
+        read = {n.value for n in _names_read(node.iter)}
+        if len(read) == 1:
+            return read.pop()
     return name
 
 
+def _names_read(expr):
+    """The bare names whose values ``expr`` reads (not the functions it calls, not attribute
+    names): ``model`` in ``enumerate(model.model.layers)`` and in ``find_blocks(model)``."""
+    if isinstance(expr, cst.Name):
+        yield expr
+    elif isinstance(expr, cst.Attribute):
+        yield from _names_read(expr.value)
+    elif isinstance(expr, cst.Subscript):
+        yield from _names_read(expr.value)
+    elif isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute):
+            yield from _names_read(expr.func.value)
+        for arg in expr.args:
+            yield from _names_read(arg.value)
+
+
+_MAX_CALLERS_DEPTH = 2
+
+
 def _cast_before(facts: ModuleFacts, wrap, dtype):
-    name = _module_of(facts, wrap)
-    at_wrap = lookup(facts, name, wrap.site.ctx, wrap.site.order).bindings
+    return _in_dtype_at(facts, _module_of(facts, wrap), wrap.site.ctx, wrap.site.order, dtype)
+
+
+def _in_dtype_at(facts: ModuleFacts, name: str, ctx, order: int, dtype, depth: int = 0):
+    """(words, node) when the module ``name`` holds weights in ``dtype`` where it is used at
+    ``ctx``/``order``: cast before in its function on a path that reaches, or made in that
+    dtype by its latest binding; for a parameter of the function with no binding of its own,
+    what every call of the function in this file passes (``shard(model)`` after ``model =
+    from_config(config, dtype=torch.bfloat16)``)."""
+    at_use = lookup(facts, name, ctx, order).bindings
     for cast in module_casts(facts):
-        if cast.receiver != name or cast.dtype != dtype or cast.site.ctx.function is not wrap.site.ctx.function:
+        if cast.receiver != name or cast.dtype != dtype or cast.site.ctx.function is not ctx.function:
             continue
-        if not runs_before(facts, cast.site.ctx, cast.site.done, wrap.site.ctx, wrap.site.order):
+        if not runs_before(facts, cast.site.ctx, cast.site.done, ctx, order):
             continue
-        # the cast's module reaches the wrap on some path: ``model = model.to(...)`` is the
+        # the cast's module reaches the use on some path: ``model = model.to(...)`` is the
         # binding that reaches, or the cast is in place and a binding it acted on reaches
         # (``model, banks = wrap_with_banks(model)`` in an exclusive branch rebinds nothing
         # on the other path)
         cast_ids = {id(b) for b in lookup(facts, name, cast.site.ctx, cast.site.order).bindings}
-        if not any(b.value is cast.site.node or id(b) in cast_ids for b in at_wrap):
+        if not any(b.value is cast.site.node or id(b) in cast_ids for b in at_use):
             continue
         return f"`{facts.module.code_for_node(cast.site.node)}`", cast.site.node
-    latest = latest_binding(facts, name, wrap.site.ctx, wrap.site.order)
-    found = loaded_in(facts, latest.value, latest.ctx) if latest is not None else None
+    latest = latest_binding(facts, name, ctx, order)
+    if latest is None:
+        return _passed_in_dtype(facts, name, ctx, dtype, depth)
+    found = loaded_in(facts, latest.value, latest.ctx)
     if found is None or found[0] != dtype:
         return None
     node = found[1]
-    if loaded_dtype(facts, node) is not None:
-        return f"`{node.func.attr.value}(..., torch_dtype=...)`", node
+    if loaded_dtype(facts, node, latest.ctx) is not None:
+        keyword = next(a.keyword.value for a in node.args if a.keyword is not None and a.keyword.value in ("torch_dtype", "dtype"))
+        return f"`{node.func.attr.value}(..., {keyword}=...)`", node
     return f"`{facts.module.code_for_node(node)}`", node
+
+
+def _passed_in_dtype(facts: ModuleFacts, name: str, ctx, dtype, depth: int):
+    """The first caller's evidence when every call of ``ctx``'s function passes, for its
+    parameter ``name``, a module in ``dtype`` (precision first: one call passing anything
+    else, or a call the file does not show, says nothing)."""
+    info = function_info(facts, ctx.function) if ctx.function is not None else None
+    if info is None or name not in info.param_names or depth >= _MAX_CALLERS_DEPTH:
+        return None
+    calls = calls_of(facts, ctx.function)
+    found = []
+    for call in calls:
+        known, expr = argument_for(call, info, name)
+        site = facts.call_site(call)
+        if not known or site is None or not isinstance(expr, cst.Name):
+            return None
+        evidence = _in_dtype_at(facts, expr.value, site.ctx, site.order, dtype, depth + 1)
+        if evidence is None:
+            return None
+        found.append(evidence)
+    return found[0] if found else None
