@@ -56,7 +56,7 @@ from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, R
 from fsdp_lint.facts.dtensors import GATHERS
 from fsdp_lint.facts.passed_modules import PASSED
 
-_WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD
+_WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD | torch_api.WRAP_FUNCTION
 _GATHERS = LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS
 _OPTIM_STATE = frozenset(f"{c}.{name}" for c in torch_api.FSDP_CLASS for name in FSDP_OPTIM_STATE)
 _DIST = frozenset(f"torch.distributed.{name}" for name in DIST_COLLECTIVES)
@@ -470,7 +470,8 @@ class Summary:
                         elif "wraps" in kinds:  # ``fsdp_modules._project_wrap``: an FSDP1 wrap it returns
                             found.append((key, call, True, set(self.assigned_to.get(id(call), ()))))
                         continue
-                    fsdp1 = not names.isdisjoint(torch_api.FSDP_CLASS)
+                    # ``wrap(m)`` may be FSDP1 (``fsdp_modules``: under ``enable_wrap(wrapper_cls=FSDP)``)
+                    fsdp1 = not names.isdisjoint(torch_api.FSDP_CLASS) or not names.isdisjoint(torch_api.WRAP_FUNCTION)
                     bound = set(self.assigned_to.get(id(call), ()))
                     taken = set(filter(None, (_dotted(a) for a in call.args)))
                     taken.update(filter(None, (_dotted(k.value) for k in call.keywords if k.arg == "module")))

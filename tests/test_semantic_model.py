@@ -583,3 +583,23 @@ def test_a_process_constant_test_read_through_a_name_in_one_function():
     facts = _facts("import torch\ndef main():\n    use_cuda = torch.cuda.is_available()\n"
                    "    if use_cuda:\n        wrap(net)\n    if not torch.cuda.is_available():\n        use(net)\n")
     assert exclusive(_call(facts, "wrap(net)").ctx, _call(facts, "use(net)").ctx)
+
+
+@pytest.mark.parametrize("wrapper, inner, expected", [
+    ("FSDP", "wrap(net)", {"SHARD_GRAD_OP"}),  # enable_wrap's keywords configure the wrap
+    ("FSDP", "wrap(net, sharding_strategy=ShardingStrategy.NO_SHARD)", {"NO_SHARD"}),  # wrap's own win
+    ("OtherWrapper", "wrap(net)", None),  # another wrapper class: no FSDP construction
+])
+def test_wrap_under_enable_wrap_is_an_fsdp1_construction(wrapper, inner, expected):
+    from fsdp_lint.facts.fsdp_modules import origins, wrap_config
+
+    facts = _facts("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy\n"
+                   "from torch.distributed.fsdp.wrap import enable_wrap, wrap\nfrom other import OtherWrapper\n"
+                   f"with enable_wrap(wrapper_cls={wrapper}, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP):\n"
+                   f"    model = {inner}\nuse(model)\n")
+    site = _call(facts, "use(model)")
+    found = origins(facts, site.node.args[0].value, site.ctx, site.order).fsdp1
+    if expected is None:
+        assert not found
+    else:
+        assert found and wrap_config(facts, found[0]).sharding == expected

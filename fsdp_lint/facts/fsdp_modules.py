@@ -1,7 +1,8 @@
 """FSDP constructions, what a model expression is, and each construction's configuration.
 
 - ``fsdp_modules(facts)``: every torch FSDP construction in the module (``FSDP(m, ...)``,
-  also through ``functools.partial(FSDP, ...)``; FSDP2 ``fully_shard(m, ...)``, also the
+  also through ``functools.partial(FSDP, ...)`` and ``wrap(m)`` under ``with
+  enable_wrap(wrapper_cls=FSDP, ...)``; FSDP2 ``fully_shard(m, ...)``, also the
   call of an in-file function that runs ``fully_shard`` on its parameter: torchtitan's
   ``apply_fsdp(model)``), and the file-level name sets (``fsdp1``/``fsdp2``) kept for sites
   whose model cannot be resolved.
@@ -10,7 +11,7 @@
   leads to a module that is not FSDP-wrapped at that point.
 - ``wrap_config(facts, origin)``: a construction's effective configuration (offload,
   device, ``use_orig_params``, sharding strategy), through variables, module constants,
-  dicts passed as ``**kwargs``, ``functools.partial``, conditional expressions and the
+  dicts passed as ``**kwargs``, ``functools.partial``, ``enable_wrap``, conditional expressions and the
   arguments of in-file wrapper functions.
 """
 
@@ -42,7 +43,9 @@ class FsdpWrap:
     kwargs: Dict[str, cst.Arg]
     fsdp2: bool = False  # ``fully_shard(module)`` rather than ``FSDP(module)``
     stars: Tuple[cst.BaseExpression, ...] = ()  # ``**cfg`` arguments
-    partial: Optional[Source] = None  # ``functools.partial(FSDP, ...)`` this call goes through
+    # ``functools.partial(FSDP, ...)`` this call goes through, or the ``enable_wrap(wrapper_cls=FSDP,
+    # ...)`` a ``wrap(m)`` runs under: a call whose keywords configure the wrap
+    partial: Optional[Source] = None
     # the call of an in-file function that shards its parameter in place: the
     # ``fully_shard(param, ...)`` inside it (its arguments are that call's, ``kwargs`` empty)
     through: Optional["FsdpWrap"] = None
@@ -131,6 +134,21 @@ def _partial_of_fsdp(facts: ModuleFacts, site: CallSite) -> Optional[Source]:
     return None
 
 
+def _enabled_wrap(facts: ModuleFacts, site: CallSite) -> Optional[Source]:
+    """``wrap(m)`` in ``with enable_wrap(wrapper_cls=FSDP, **cfg):`` (of its function): the
+    ``enable_wrap(...)`` call, whose keywords ``wrap`` passes on to ``FSDP``."""
+    for block in reversed(site.ctx.withs):
+        for item in block.node.items:
+            call = item.item
+            if not (isinstance(call, cst.Call) and facts.qualname(call.func) in torch_api.ENABLE_WRAP):
+                continue
+            wrapper = keyword_args(call).get("wrapper_cls")
+            if wrapper is None or facts.qualname(wrapper.value) not in torch_api.FSDP_CLASS:
+                return None
+            return Source(call, site.ctx, site.order)
+    return None
+
+
 def _compute(facts: ModuleFacts) -> FsdpModules:
     targets = {id(b.value): b.target for b in facts.bindings if b.index is None and b.kind == "assign"}
     wraps: List[FsdpWrap] = []
@@ -144,7 +162,11 @@ def _compute(facts: ModuleFacts) -> FsdpModules:
             continue
         qualname = facts.qualname(site.node.func)
         partial = None
-        if qualname not in torch_api.FSDP_CLASS and qualname not in torch_api.FULLY_SHARD:
+        if qualname in torch_api.WRAP_FUNCTION:
+            partial = _enabled_wrap(facts, site)
+            if partial is None:
+                continue
+        elif qualname not in torch_api.FSDP_CLASS and qualname not in torch_api.FULLY_SHARD:
             if facts.project is not None and (_project_shard(facts, site, targets, fsdp2_wraps, fsdp2, events)
                                               or _project_wrap(facts, site, targets, wraps, fsdp1)):
                 continue

@@ -24,6 +24,10 @@ FULLY_SHARD = frozenset(
         "torch.distributed.fsdp._fully_shard._fully_shard.fully_shard",
     }
 )
+# ``with enable_wrap(wrapper_cls=FSDP, **cfg): m = wrap(m)``: ``wrap`` builds ``wrapper_cls(m,
+# **cfg)`` (torch/distributed/fsdp/wrap.py)
+ENABLE_WRAP = frozenset({"torch.distributed.fsdp.wrap.enable_wrap"})
+WRAP_FUNCTION = frozenset({"torch.distributed.fsdp.wrap.wrap"})
 # FSDP2's ``register_fsdp_forward_method(module, method_name)``
 REGISTER_FSDP_FORWARD_METHOD = frozenset(
     {

@@ -28,7 +28,8 @@ class GenerateOutsideSummon(Rule):
 Checks for `m.generate(...)` and the other entry points that run a model's forward from
 one of its own methods (`encode_image`, `encode_text`, `get_image_features`,
 `get_text_features`, `encode`, `decode`, `sample`), also through `m.module`, where `m` is
-wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy, outside a
+wrapped in this file by FSDP1 `FSDP(...)` (or `wrap(m)` under `with
+enable_wrap(wrapper_cls=FSDP, ...)`) with a sharded strategy, outside a
 `summon_full_params` block. Not for FSDP2 (`fully_shard`), which has no summon (FSD114
 covers its entry points), nor for `NO_SHARD`. A strategy held in a variable is not
 judged. A summon entered less directly counts as one: a context held in a name (`ctx =
