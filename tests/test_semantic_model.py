@@ -603,3 +603,36 @@ def test_wrap_under_enable_wrap_is_an_fsdp1_construction(wrapper, inner, expecte
         assert not found
     else:
         assert found and wrap_config(facts, found[0]).sharding == expected
+
+
+@pytest.mark.parametrize("setting, gathers", [
+    # the class sets the state-dict type of self.model in another method: FSDP1 by its word
+    ("    def ckpt(self):\n        with FSDP.state_dict_type(self.model, StateDictType.FULL_STATE_DICT):\n"
+     "            self.model.state_dict()\n", True),
+    # only after asking what kind of module it is: the module may be another kind
+    ("    def ckpt(self):\n        if isinstance(self.model, FSDP):\n"
+     "            with FSDP.state_dict_type(self.model, StateDictType.FULL_STATE_DICT):\n"
+     "                self.model.state_dict()\n", False),
+    # another attribute's state-dict type says nothing about self.model
+    ("    def ckpt(self):\n        with FSDP.state_dict_type(self.ema, StateDictType.FULL_STATE_DICT):\n"
+     "            self.ema.state_dict()\n", False),
+    # the use in the else of the if that sets it for FSDP
+    (None, False),
+])
+def test_a_module_whose_state_dict_type_the_code_sets_is_fsdp1(setting, gathers):
+    from fsdp_lint.facts.collectives import gathers_full_state_dict
+
+    head = ("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType\n")
+    if setting is None:
+        code = head + ("def save(vlm, use_fsdp, rank):\n    if rank == 0:\n        if use_fsdp:\n"
+                       "            with FSDP.state_dict_type(vlm, StateDictType.FULL_STATE_DICT):\n"
+                       "                keep(vlm.state_dict())\n        else:\n            use(vlm.state_dict())\n")
+        gathers, text = False, "use(vlm.state_dict())"
+    else:
+        code = head + ("class Trainer:\n    def __init__(self, model):\n        self.model = model\n"
+                       "    def save(self):\n        use(self.model.state_dict())\n" + setting)
+        text = "use(self.model.state_dict())"
+    facts = _facts(code)
+    site = _call(facts, text)
+    inner = site.node.args[0].value
+    assert gathers_full_state_dict(facts, inner.func.value, facts.call_site(inner)) is gathers

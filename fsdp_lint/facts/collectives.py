@@ -29,7 +29,7 @@ from fsdp_lint.facts.fsdp_modules import (
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
-from fsdp_lint.facts.state_dicts import inside_own_state_dict_type
+from fsdp_lint.facts.state_dicts import state_dict_type_set_for
 from fsdp_lint.facts.summon import summon_calls, summons_entering
 from fsdp_lint.facts.values import first_positional, positional_args
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_norm, sharded_parameter
@@ -219,8 +219,9 @@ def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site:
     """``model.state_dict()`` at ``site`` all-gathers: ``model`` is FSDP1-wrapped there, or
     is the inner module (``root.module``) of an FSDP1 root given an ``auto_wrap_policy``
     (its nested units gather; without them the inner module's state dict gathers nothing) (or,
-    where its origin cannot be followed, the module of an enclosing ``FSDP.state_dict_type``
-    block, or a name the file binds to an FSDP1 module; a value
+    where its origin cannot be followed, a module whose state-dict type the code sets: in an
+    enclosing ``FSDP.state_dict_type`` block, elsewhere in its class for ``self.model``, in
+    its function for a name; or a name the file binds to an FSDP1 module; a value
     followed to a call the file cannot see into, ``model = config.instantiate(cfg)``, is not
     taken for the FSDP module the same name holds elsewhere: ``Origins.opaque``); a
     parameter that callers in other project files pass FSDP1 modules for
@@ -234,10 +235,10 @@ def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site:
         return any(has_nested_units(facts, o) for o in found.inner)
     if found.complete or found.wraps or found.plain:
         return False
-    # unknown origin: the file's own word that it is FSDP1 (inside its own
-    # ``FSDP.state_dict_type`` block; else a name it binds to an FSDP1 module, unless the
+    # unknown origin: the file's own word that it is FSDP1 (it sets the state-dict type of
+    # that module, around the site or elsewhere in its class or function; else a name it binds to an FSDP1 module, unless the
     # value comes from a call the file cannot see into)
-    return inside_own_state_dict_type(facts, model, site) or (
+    return state_dict_type_set_for(facts, model, site) or (
         not found.opaque and dotted_name(model) in fsdp_modules(facts).fsdp1)
 
 

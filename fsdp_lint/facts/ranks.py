@@ -300,6 +300,12 @@ def single_process_branch(test: cst.BaseExpression) -> Optional[str]:
     return "orelse" if answer else "body"
 
 
+def in_single_process_branch(ctx: Context) -> bool:
+    """Code at ``ctx`` runs only when the program is not distributed (``else:`` of ``if
+    world_size > 1:``): one process, no peer to wait for or to disagree with."""
+    return any(single_process_branch(guard.node.test) == guard.branch for guard in ctx.guards)
+
+
 def restricted_to_some_ranks(facts: ModuleFacts, ctx: Context) -> bool:
     """Code at ``ctx`` may run on some ranks only, or in a single process (the module
     docstring): every doubt answers yes."""

@@ -11,6 +11,8 @@ from typing import List, Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.conditions import tests_type_of
+from fsdp_lint.facts.flow import exclusive
 from fsdp_lint.facts.dataflow import Source, Sources, sources
 from fsdp_lint.facts.fsdp_modules import Origins, origins_with_callers
 from fsdp_lint.facts.imports import dotted_name
@@ -65,6 +67,30 @@ def inside_own_state_dict_type(facts: ModuleFacts, model: cst.BaseExpression, si
         and setting.module_expr is not None and dotted_name(setting.module_expr) == name
         for setting in state_dict_settings(facts)
     )
+
+
+def state_dict_type_set_for(facts: ModuleFacts, model: cst.BaseExpression, site: CallSite) -> bool:
+    """``inside_own_state_dict_type``, or the code around ``site`` sets the state-dict type of
+    the same module elsewhere, as FSDP1 code does for its model: an attribute
+    (``self.model``) anywhere in the same class, a name in the same function; not where
+    that setting or ``site`` stands under a test of what kind of module it is (``if
+    isinstance(self.model, FSDP):``), which says the module may be another kind, nor where
+    the two cannot both run (the ``else`` of ``if use_fsdp:``)."""
+    if inside_own_state_dict_type(facts, model, site):
+        return True
+    name = dotted_name(model)
+    if name is None or tests_type_of(site.ctx, name):
+        return False
+    own_class = name.startswith("self.") and site.ctx.class_def is not None
+    for setting in state_dict_settings(facts):
+        if setting.module_expr is None or dotted_name(setting.module_expr) != name or tests_type_of(setting.site.ctx, name):
+            continue
+        where = setting.site.ctx
+        if exclusive(where, site.ctx):
+            continue  # ``if use_fsdp: with FSDP.state_dict_type(m): ...`` and its ``else``
+        if (where.class_def is site.ctx.class_def) if own_class else (where.function is site.ctx.function):
+            return True
+    return False
 
 
 def full_config_offloads(facts: ModuleFacts, source: Source) -> object:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.conditions import tests_type_of
-from fsdp_lint.facts.ranks import single_process_branch
+from fsdp_lint.facts.ranks import in_single_process_branch
 from fsdp_lint.facts.fsdp_modules import origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments
@@ -118,8 +118,7 @@ A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of
             found = origins_with_callers(facts, func.value, site.ctx, site.order)
             # from the callers in other files: not on a branch that runs only when the program
             # is not distributed (``else:`` of ``if cfg.enable_fsdp:``), which such a caller never takes
-            passed = [e for e in found.external if not e.fsdp2] if not any(
-                single_process_branch(g.node.test) == g.branch for g in site.ctx.guards) else []
+            passed = [e for e in found.external if not e.fsdp2] if not in_single_process_branch(site.ctx) else []
             if not (found.fsdp1 or passed) or (owner is not None and tests_type_of(site.ctx, owner)):
                 continue  # no FSDP1 wrap reaches the call, or a type test decides which one does
             strategies = [wrap_config(facts, o).sharding for o in found.fsdp1] + [

@@ -7,7 +7,7 @@ import re
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, GATHER_ADVICE, balanced, framework_call, torch_collective
 from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
 from fsdp_lint.facts.helpers import collective_helper
-from fsdp_lint.facts.ranks import rank_guard
+from fsdp_lint.facts.ranks import in_single_process_branch, rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -52,7 +52,9 @@ Checks for collectives reached on one rank only. Rank tests: `rank == 0`, `not r
 `trainer.is_world_process_zero()`, `fabric.global_rank == 0`, `args.should_save`, a variable
 or attribute assigned one (`is_main = dist.get_rank() == 0`, `self._is_rank_zero = ...`), a
 function of this file returning one, the rest of a block after `if rank != 0: return`, and
-functions decorated with `@rank_zero_only` / `@accelerator.on_main_process`.
+functions decorated with `@rank_zero_only` / `@accelerator.on_main_process`. Code on a
+branch that runs only when the program is not distributed (`else:` of `if world_size > 1:`,
+of `if dist.is_initialized():`) has no peer to wait for and is not flagged.
 Collectives:
 - torch FSDP: `summon_full_params`; `state_dict()` of a module that is FSDP1-wrapped there
   (not inside `with summon_full_params(model)` of that module, entered by every rank: its
@@ -61,8 +63,11 @@ Collectives:
   there (FSDP1's full and sharded pre-load hooks unshard the parameters: an all-gather,
   `torch/distributed/fsdp/_state_dict_utils.py`; a plain module loaded on rank 0 before the
   wrap, as with `sync_module_states=True`, is not). A module built where the file cannot
-  see (another module's helper, `self.model` set by a caller) counts as FSDP1 inside a
-  `with FSDP.state_dict_type(m, ...)` block of that same module: the file says so; and a
+  see (another module's helper, `self.model` set by a caller) counts as FSDP1 where the
+  code sets that module's state-dict type: inside a `with FSDP.state_dict_type(m, ...)`
+  block of it, or anywhere in the same class for `self.model` (in the same function for a
+  name), where neither stands under a type test of it (`if isinstance(self.model, FSDP):`):
+  the file says so; and a
   parameter of a top-level function counts as FSDP1 where another file of the project calls
   that function with an FSDP1 module it wraps (`save_checkpoint(model, ...)` from the entry
   script);
@@ -231,8 +236,8 @@ No automatic fix: the gathering call has to move before the rank test.
                 if helper is None:
                     continue
             guard = rank_guard(facts, site.ctx)
-            if guard is None:
-                continue
+            if guard is None or in_single_process_branch(site.ctx):
+                continue  # no rank test; or one process, with no peer to wait for
             if collective is not None and collective.balanced_by and balanced(facts, site, collective.balanced_by):
                 continue
             test = getattr(guard, "node", guard)  # an ``if``'s Guard, or a one-rank decorator itself
