@@ -135,6 +135,30 @@ def _file_shows_fsdp(facts: ModuleFacts) -> bool:
                 return True
             if arg.star == "**" and _dict_turns_fsdp_on(facts, site, arg.value):
                 return True
+    return _fields_turn_fsdp_on(facts)
+
+
+def _fields_turn_fsdp_on(facts: ModuleFacts) -> bool:
+    """``class Args(TrainingArguments): fsdp: str = field(default="full_shard auto_wrap")``
+    (or ``= "full_shard"``): a subclass of transformers' or TRL's arguments class whose
+    ``fsdp`` field defaults to a value that turns FSDP on (``HfArgumentParser`` builds it
+    with that default)."""
+    for class_def in facts.classes.values():
+        if not any((facts.qualname(base.value) or "").startswith(("transformers.", "trl."))
+                   and (facts.qualname(base.value) or "").endswith(("TrainingArguments", "Config"))
+                   for base in class_def.bases):
+            continue
+        for statement in class_def.body.body:
+            for small in getattr(statement, "body", ()):
+                if not (isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name)
+                        and small.target.value == "fsdp" and small.value is not None):
+                    continue
+                value = small.value
+                if isinstance(value, cst.Call) and dotted_name(value.func) in ("field", "dataclasses.field"):
+                    value = keyword_args(value).get("default")
+                    value = value.value if value is not None else None
+                if value is not None and _turns_fsdp_on("fsdp", value):
+                    return True
     return False
 
 
@@ -190,7 +214,8 @@ def shows_fsdp(facts: ModuleFacts) -> bool:
     ``FullyShardedDataParallelPlugin``/``fsdp_plugin=``, a Lightning ``FSDPStrategy`` or
     ``strategy="fsdp..."``, a transformers ``fsdp=`` argument (``fsdp_config=`` alone turns
     nothing on: ``_turns_fsdp_on``; also in a
-    dict display or ``dict(...)`` passed as ``**args``); or the
+    dict display or ``dict(...)`` passed as ``**args``, or the default of the ``fsdp`` field
+    of a ``TrainingArguments`` subclass); or the
     project launches it with FSDP (``facts.launch``: an accelerate config, ``--fsdp``)."""
     return facts.cached("shows_fsdp", _shows_fsdp)
 

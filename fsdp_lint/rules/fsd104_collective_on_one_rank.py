@@ -107,7 +107,8 @@ Collectives:
   `--config`: `trainer: strategy: fsdp` or `class_path: ...FSDPStrategy`), not in every
   DeepSpeed or DDP file;
 - transformers (5.24.0): `trainer.save_model()` when the file configures FSDP (`fsdp=`,
-  also in a dict built before `TrainingArguments(**args)`; `fsdp_config=` alone turns
+  also in a dict built before `TrainingArguments(**args)` or as the default of the `fsdp`
+  field of a `TrainingArguments` subclass; `fsdp_config=` alone turns
   nothing on) or the project launches it with `--fsdp` (with its `--fsdp_config` JSON);
 - torchtune (0.6.1): `training.gather_cpu_state_dict`, `training.get_full_optimizer_state_dict`
   (`full_tensor()` and a barrier for every parameter).
