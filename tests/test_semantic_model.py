@@ -317,6 +317,12 @@ def test_tests_that_contradict_each_other_are_exclusive(body, first, then, exclu
          "            use(net)\n        refresh(ready)\n", False),
         ("    done = []\n    for batch in loader:\n        if done:\n            wrap(net)\n        if not done:\n"
          "            use(net)\n        done += [batch]\n", False),
+        # a flag computed once by a call before the loop is the same value in it (nanoGPT's
+        # fsdp = int(os.environ.get("RANK", -1)) != -1)
+        ("    on = int(os.environ.get('RANK', -1)) != -1\n    if on:\n        wrap(net)\n    for batch in loader:\n"
+         "        if not on:\n            use(net)\n", True),
+        ("    on = int(os.environ.get('RANK', -1)) != -1\n    if on:\n        wrap(net)\n    for batch in loader:\n"
+         "        if not on:\n            use(net)\n        on.refresh()\n", False),
     ],
 )
 def test_tests_in_loops_read_attributes_and_comparisons_only(body, exclusive):

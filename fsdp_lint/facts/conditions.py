@@ -99,10 +99,13 @@ def _formula(expr, guard: Guard, function, depth: int = 0):
             inner = _formula(own[0].value, guard, function, depth + 1)
             if inner is not _UNREAD:
                 return inner
-            if guard.loop_depth == 0 and not isinstance(
-                    own[0].value, (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)) and any(
+            if not isinstance(own[0].value, (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)) and any(
                     isinstance(node, cst.Call) for node in descendants(own[0].value)):
-                return ("atom", "=" + name)  # computed once before the test: still one value
+                # computed once before the test (outside loops: ``_stable``): still one value,
+                # the same atom in a loop as outside it, unless the loop may change the object
+                if guard.loop_depth and "." not in name and guard.bindings.changed_in_place(function, name):
+                    return _UNREAD
+                return ("atom", "=" + name)
         if guard.loop_depth and "." not in name and (guard.bindings is None or guard.bindings.changed_in_place(function, name)):
             # a loop may change what a name holds without binding it (``buf.append(x)``):
             # a name the function hands to a call or writes into is not read there; a
