@@ -642,3 +642,16 @@ def test_a_module_whose_state_dict_type_the_code_sets_is_fsdp1(setting, gathers)
     site = _call(facts, text)
     inner = site.node.args[0].value
     assert gathers_full_state_dict(facts, inner.func.value, facts.call_site(inner)) is gathers
+
+
+@pytest.mark.parametrize("test, branch", [
+    ("not should_save or rank != 0", "orelse"),  # the rest after ``if ...: return`` is rank 0's
+    ("rank != 0 or step % 10", "orelse"),
+    ("should_save or rank == 0", None),  # its else needs rank != 0: every rank but one
+    ("should_save and rank == 0", "body"),
+    ("should_save or debug", None),
+])
+def test_a_rank_test_inside_and_or_or(test, branch):
+    from fsdp_lint.facts.ranks import one_rank_branch
+
+    assert one_rank_branch(cst.parse_expression(test)) == branch

@@ -134,9 +134,12 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
     ``test`` is not a rank test.  With ``facts``/``ctx``, names and calls are followed."""
     if depth > MAX_DEPTH:
         return None
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+    if isinstance(test, cst.BooleanOperation):
         sides = (one_rank_branch(test.left, facts, ctx, order, depth + 1), one_rank_branch(test.right, facts, ctx, order, depth + 1))
-        return "body" if "body" in sides else None
+        if isinstance(test.operator, cst.And):
+            return "body" if "body" in sides else None  # both sides hold: one of them on one rank
+        # ``or``: its ``else`` needs every side false (``if not should_save or rank != 0: return``)
+        return "orelse" if "orelse" in sides else None
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         if _is_rank_value(test.expression):
             return "body"  # ``if not dist.get_rank():``: rank 0
