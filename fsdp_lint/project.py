@@ -61,7 +61,7 @@ from fsdp_lint.launch import SKIPPED_DIRS, project_root
 from fsdp_lint.positions import Positions
 from fsdp_lint.source import line_starts
 
-SUMMARY_VERSION = "project-index-6"
+SUMMARY_VERSION = "project-index-7"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
 MEMO_SECONDS = 5.0
@@ -91,7 +91,7 @@ _FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r"
 
 def _may_have_summary(text: str) -> bool:
     """The text has a call a summary can come from (``_candidates`` then looks closer)."""
-    if _GATHER_WORDS.search(text) or "FullyShardedDataParallel" in text:
+    if _GATHER_WORDS.search(text) or "FullyShardedDataParallel" in text or "ShardingStrategy" in text:
         return True
     if "torch.distributed" in text and _DIST_WORDS.search(text):
         return True
@@ -193,7 +193,8 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
     ``torch.save`` or safetensors' ``save_file``), or another top-level function of the
     file that does; or, in a file naming ``FullyShardedDataParallel``, returns a value (it
     may return an FSDP1 wrap); or gathers a DTensor in a loop over its parameter's
-    parameters."""
+    parameters; or, in a file naming ``ShardingStrategy``, returns a member (it may choose
+    the strategy: ``Helper.strategies``)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -252,6 +253,10 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
             stack.extend(ast.iter_child_nodes(node))
     for _ in range(3):
         found |= {name for name, callees in calls.items() if callees & found}
+    if "ShardingStrategy" in text:  # ``facts.helpers``: a function whose returns choose a strategy
+        found |= {name for name, function in functions.items() if any(
+            isinstance(node, ast.Return) and isinstance(node.value, ast.Attribute) and node.value.attr.isupper()
+            for node in ast.walk(function))}
     if not found:
         return None
     # and every top-level function or class they name, and what those name, which their

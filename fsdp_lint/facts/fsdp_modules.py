@@ -616,19 +616,30 @@ def _config(facts: ModuleFacts, origin: Origin) -> WrapConfig:
     if not wrap.fsdp2:
         strategy = argument(facts, origin, "sharding_strategy")
         if strategy.known and strategy.sources.complete:
-            names = set()
-            for source in strategy.sources.found:
-                member = (facts.qualname(source.expr) or dotted_name(source.expr) or "").rsplit(".", 1)[-1]
-                if isinstance(source.expr, (cst.Attribute, cst.Name)) and member.isupper():
-                    names.add(member)
-                elif isinstance(source.expr, cst.Name) and source.expr.value == "None":
-                    names.add("FULL_SHARD")
-                else:
-                    names = None
-                    break
+            names = strategy_members(facts, strategy.sources.found)
             if names is not None:
                 sharding = names or {"FULL_SHARD"}
     return WrapConfig(offload, offload_node, cpu_device, use_orig, sharding, cpu_device_always)
+
+
+def strategy_members(facts: ModuleFacts, found: List[Source]) -> Optional[Set[str]]:
+    """The ``ShardingStrategy`` members the values ``found`` may be (``None`` passed: FSDP's
+    default, ``FULL_SHARD``; a call of a project function whose every ``return`` gives
+    members: those, ``Helper.strategies``); None when one of them is something else."""
+    names: Set[str] = set()
+    for source in found:
+        expr = source.expr
+        member = (facts.qualname(expr) or dotted_name(expr) or "").rsplit(".", 1)[-1]
+        if isinstance(expr, (cst.Attribute, cst.Name)) and member.isupper():
+            names.add(member)
+        elif isinstance(expr, cst.Name) and expr.value == "None":
+            names.add("FULL_SHARD")
+        elif isinstance(expr, cst.Call) and facts.project is not None and (
+                helper := project_helper(facts, expr.func)) is not None and helper.strategies:
+            names.update(helper.strategies)
+        else:
+            return None
+    return names
 
 
 def _device_tested_not_cpu(origin: Origin) -> bool:

@@ -65,6 +65,9 @@ class Helper:
     wrap_offload: Optional[bool] = None
     wrap_orig_params: Optional[bool] = None
     wrap_sharding: Optional[Tuple[str, ...]] = None
+    # the ``ShardingStrategy`` members its every ``return`` gives (``get_sharding_strategy()``
+    # choosing one from the command line): what a wrap given its result may be
+    strategies: Optional[Tuple[str, ...]] = None
     balanced_by: Optional[str] = None  # a ``torch.distributed`` collective's name: its caller may balance it
     forward_of: Tuple[str, ...] = ()  # ``needs="forward"``: the parameters whose module it calls
     forward: bool = False  # its collective is a forward (this file's helpers only: ``project`` drops it)
@@ -84,17 +87,19 @@ class Helper:
 
     @staticmethod
     def from_json(data: dict, file: str) -> "Helper":
-        sharding = data.get("wrap_sharding")
+        sharding, strategies = data.get("wrap_sharding"), data.get("strategies")
         helper = Helper(**{**data, "params": tuple(data.get("params", ())), "kinds": tuple(data.get("kinds", ())),
                            "forward_of": tuple(data.get("forward_of", ())),
-                           "wrap_sharding": tuple(sharding) if sharding is not None else None})
+                           "wrap_sharding": tuple(sharding) if sharding is not None else None,
+                           "strategies": tuple(strategies) if strategies is not None else None})
         helper.file = file
         return helper
 
 
 def kinds_of(helper: Helper) -> Tuple[str, ...]:
     """What the gate reads (``screen``, ``engine.wanted_rules``): "collective", "shards",
-    "saves", "wraps" (returns an FSDP1 wrap), "offloads" (that wrap offloads its parameters)."""
+    "saves", "wraps" (returns an FSDP1 wrap), "offloads" (that wrap offloads its parameters);
+    and "strategy" (it returns a sharding strategy: no rule is woken by it alone)."""
     found = []
     if helper.collective:
         found.append("collective")
@@ -106,6 +111,8 @@ def kinds_of(helper: Helper) -> Tuple[str, ...]:
         found.append("wraps")
         if helper.wrap_offload:
             found.append("offloads")
+    if helper.strategies:
+        found.append("strategy")
     return tuple(found)
 
 

@@ -34,7 +34,7 @@ from fsdp_lint.facts.collectives import (
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_module
 from fsdp_lint.facts.frameworks import framework_collective
 from fsdp_lint.facts.dataflow import sources
-from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, uses_fsdp, wrap_config
+from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, strategy_members, uses_fsdp, wrap_config
 from fsdp_lint.facts.helper_summary import Helper, argument, kinds_of, project_helper
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, FunctionInfo, ModuleFacts
@@ -217,6 +217,7 @@ class _Summarizer:
                     inner = wrap.through or wrap
                     helper.shards, helper.shard_at = param, inner.site.node
         self._returned_wrap(info, helper)
+        self._returned_strategy(info, helper)
         helper.builds_optimizer = any(o.site.ctx.function is info.node for o in optimizers(facts))
         helper.kinds = kinds_of(helper)
         return helper
@@ -310,6 +311,28 @@ class _Summarizer:
         helper.wrap_offload = config.offload if config.offload in (True, False) else None
         helper.wrap_orig_params = config.use_orig_params if config.use_orig_params in (True, False) else None
         helper.wrap_sharding = tuple(sorted(config.sharding)) if isinstance(config.sharding, set) else None
+
+    def _returned_strategy(self, info: FunctionInfo, helper: Helper) -> None:
+        """``def get_sharding_strategy(): ... return ShardingStrategy.FULL_SHARD ... elif ...:
+        return ShardingStrategy.NO_SHARD``: the members its every ``return`` may give
+        (``fsdp_modules.strategy_members``), when each is a ``torch.distributed.fsdp``
+        ``ShardingStrategy`` member."""
+        facts = self.facts
+        returns = [r for r in facts.returns if r.ctx.function is info.node]
+        if not returns or any(r.value is None for r in returns):
+            return
+        members: set = set()
+        for ret in returns:
+            came = sources(facts, ret.value, ret.ctx, ret.order)
+            if not came.complete or not all(
+                    "ShardingStrategy." in (facts.qualname(s.expr) or "") and torch_api.is_fsdp_api(facts.qualname(s.expr))
+                    for s in came.found):
+                return
+            found = strategy_members(facts, came.found)
+            if not found:
+                return
+            members |= found
+        helper.strategies = tuple(sorted(members))
 
     def _parameter_gather(self, info: FunctionInfo, helper: Helper) -> None:
         """``for name, p in model.named_parameters(): ...optimizer.state[p]["exp_avg_sq"].full_tensor()``:

@@ -38,7 +38,9 @@ script that wraps `model`, with the strategy that file shows, though not on a br
 runs only when the program is not distributed, such as the `else` of `if cfg.enable_fsdp:`),
 with a strategy that is visible: written, or held in
 a variable, module constant, config function or dict of this file (`STRATEGIES.get(name,
-ShardingStrategy.FULL_SHARD)`: any of its values); one of the strategies must shard. Not
+ShardingStrategy.FULL_SHARD)`: any of its values), or returned by a function of another
+project file whose every `return` gives a `ShardingStrategy` member
+(`get_sharding_strategy(args)`: any of them); one of the strategies must shard. Not
 where a branch around the call tests what the module is (`isinstance(model, FSDP)`,
 `hasattr(model, "clip_grad_norm_")`), nor in a branch exclusive with the wrap's (`if not
 use_fsdp:`; in a class, the `else` of `if self.is_fsdp:` where `__init__` sets the flag once
@@ -78,8 +80,8 @@ model.clip_grad_norm_(1.0)
   model it cannot follow (a parameter of a function no call of the project passes a wrapped
   model to, an attribute set elsewhere, a
   value returned by a call the file cannot see into), a strategy set outside the file (an
-  accelerate config's `fsdp_sharding_strategy`, `--fsdp`, a helper of another module), or
-  an unreadable `**cfg` is not flagged.
+  accelerate config's `fsdp_sharding_strategy`, `--fsdp`, a helper of another module that
+  builds it from a string, `ShardingStrategy[name]`), or an unreadable `**cfg` is not flagged.
 - A wrap on one path is enough: a program that clips wrongly whenever it runs sharded is
   reported, even if its other configurations (one process, DDP, `NO_SHARD`) are right.
 - Parameters listed through a helper of another function are not followed; only a list,
