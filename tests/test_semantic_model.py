@@ -655,3 +655,18 @@ def test_a_rank_test_inside_and_or_or(test, branch):
     from fsdp_lint.facts.ranks import one_rank_branch
 
     assert one_rank_branch(cst.parse_expression(test)) == branch
+
+
+@pytest.mark.parametrize("subclass, reaches", [
+    ("class Child(Base):\n    def use(self):\n        touch(self.policy.head)\n", True),  # inherits shard
+    ("class Child(Base):\n    def shard(self):\n        self.policy.head = plain(self.policy.head)\n"
+     "    def use(self):\n        touch(self.policy.head)\n", False),  # overrides it
+    ("class Child(Middle):\n    def use(self):\n        touch(self.policy.head)\n", True),  # through two bases
+    ("class Child(Other):\n    def use(self):\n        touch(self.policy.head)\n", False),  # not a subclass
+])
+def test_an_attribute_bound_in_an_inherited_method_reaches_the_subclass(subclass, reaches):
+    facts = _facts("class Base:\n    def shard(self):\n        self.policy.head = wrap(self.policy.head)\n"
+                   "class Middle(Base):\n    pass\nclass Other:\n    pass\n" + subclass)
+    site = _call(facts, "touch(self.policy.head)")
+    found = [b.value for b in lookup(facts, "self.policy.head", site.ctx, site.order).bindings]
+    assert any(facts.module.code_for_node(v) == "wrap(self.policy.head)" for v in found) is reaches

@@ -21,6 +21,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.conditions import class_flags_contradict
 from fsdp_lint.facts.flow import exclusive, on_every_path, reaching
+from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, Context, FunctionInfo, ModuleFacts
 
 
@@ -54,7 +55,10 @@ def lookup(facts: ModuleFacts, dotted: str, ctx: Context, order: int, extra=()) 
     candidates = bindings_of(facts, dotted) + list(extra)
     head = dotted.split(".", 1)[0]
     if head == "self" and "." in dotted and ctx.class_def is not None:
-        return Lookup(_attribute_bindings(facts, [b for b in candidates if b.ctx.class_def is ctx.class_def], ctx, order))
+        inherited = _inherited_methods(facts, ctx.class_def)
+        return Lookup(_attribute_bindings(facts, [
+            b for b in candidates if b.ctx.class_def is ctx.class_def
+            or (b.ctx.function is not None and inherited.get(id(b.ctx.function)) is b.ctx.class_def)], ctx, order))
     if ctx.function is not None:
         local = [b for b in candidates if b.ctx.function is ctx.function]
         info = function_info(facts, ctx.function)
@@ -82,6 +86,32 @@ def latest_binding(facts: ModuleFacts, dotted: str, ctx: Context, order: int, pl
     seen = [b for b in lookup(facts, dotted, ctx, order).bindings
             if b.kind in kinds and (not plain or b.index is None)]
     return max(seen, key=lambda b: b.order) if seen else None
+
+
+def _inherited_methods(facts: ModuleFacts, class_def) -> Dict[int, object]:
+    """The methods of ``class_def``'s base classes in this file (by name, through bases of
+    bases) that it inherits, not overrides: id of the ``def`` -> the base class defining it.
+    ``self.policy.v_head = FSDP(...)`` in ``BasicTrainer.shard`` binds the attribute for a
+    ``PPOTrainer(BasicTrainer)`` that does not define its own ``shard``."""
+    def compute(facts: ModuleFacts) -> Dict[int, object]:
+        found: Dict[int, object] = {}
+        defined = {info.name for infos in facts.functions.values() for info in infos if info.class_def is class_def}
+        pending, seen = [class_def], {id(class_def)}
+        while pending:
+            current = pending.pop(0)
+            for base in current.bases:
+                parent = facts.classes.get(dotted_name(base.value) or "")
+                if parent is None or id(parent) in seen:
+                    continue
+                seen.add(id(parent))
+                pending.append(parent)
+                for infos in facts.functions.values():
+                    for info in infos:
+                        if info.class_def is parent and info.name not in defined:
+                            found[id(info.node)] = parent
+                defined |= {info.name for infos in facts.functions.values() for info in infos if info.class_def is parent}
+        return found
+    return facts.cached(("inherited_methods", id(class_def)), compute)
 
 
 def methods_of(facts: ModuleFacts, class_def, name: str) -> List[FunctionInfo]:

@@ -28,7 +28,9 @@ class ClipGradNormOnShardedFsdp(Rule):
 ## What it does
 Checks for `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` (any import alias; also a
 list, generator, `list(...)` or `filter(...)` of them, directly or through a name:
-`trainable = [p for p in m.parameters() if p.requires_grad]`) where `m` is wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy (the default
+`trainable = [p for p in m.parameters() if p.requires_grad]`; also the parameters of a part
+of `m`: `m.base_model.parameters()`, `m.module.parameters()`, whose parameters are `m`'s
+shards) where `m` is wrapped in this file by FSDP1 `FSDP(...)` with a sharded strategy (the default
 `FULL_SHARD`, `SHARD_GRAD_OP`, `HYBRID_SHARD`). The wrap must reach the call on some path
 (`if distributed: model = FSDP(model)`: the distributed run is the one that clips wrongly;
 for a parameter of a function of this file, through a call of that function in this file,
@@ -44,7 +46,9 @@ project file whose every `return` gives a `ShardingStrategy` member
 where a branch around the call tests what the module is (`isinstance(model, FSDP)`,
 `hasattr(model, "clip_grad_norm_")`), nor in a branch exclusive with the wrap's (`if not
 use_fsdp:`; in a class, the `else` of `if self.is_fsdp:` where `__init__` sets the flag once
-and wraps under it). Not for FSDP2 (`fully_shard`), where the gradients are DTensors and
+and wraps under it). An attribute bound in a method of an in-file base class counts for a
+subclass that does not override that method (`self.policy.v_head = FSDP(...)` in
+`BasicTrainer.shard`, clipped in `PPOTrainer(BasicTrainer)`). Not for FSDP2 (`fully_shard`), where the gradients are DTensors and
 `torch.nn.utils.clip_grad_norm_` is correct, nor for `NO_SHARD`.
 
 ## Why is this bad?
@@ -116,8 +120,10 @@ A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of
                 if call is None:
                     continue
             func = call.func
-            owner = dotted_name(func.value)
-            found = origins_with_callers(facts, func.value, site.ctx, site.order)
+            found, module = _root_or_part(facts, func.value, site)
+            if module is not func.value:
+                subset = True  # a part of the root: `root.clip_grad_norm_` would clip all of it
+            owner = dotted_name(module)
             # from the callers in other files: not on a branch that runs only when the program
             # is not distributed (``else:`` of ``if cfg.enable_fsdp:``), which such a caller never takes
             passed = [e for e in found.external if not e.fsdp2] if not in_single_process_branch(site.ctx) else []
@@ -145,6 +151,21 @@ A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of
                 statement=site.ctx.statement,
             )
 
+
+
+def _root_or_part(facts, expr, site):
+    """(origins, the module they are of): ``expr``'s own, or, when no FSDP1 construction
+    reaches it, those of the nearest module it is a part of (``model.base_model``,
+    ``self.policy.v_head``, ``model.module``): a submodule of a sharded FSDP1 root holds
+    the root's shards (its parameters are views into them, or its units' flat parameters)."""
+    found = origins_with_callers(facts, expr, site.ctx, site.order)
+    part = expr
+    while not found.fsdp1 and not found.external and isinstance(part, cst.Attribute):
+        part = part.value
+        outer = origins_with_callers(facts, part, site.ctx, site.order)
+        if outer.fsdp1:
+            return outer, part
+    return found, expr
 
 
 def _parameters_call(facts, expr, site, depth):
