@@ -175,7 +175,9 @@ def test_cell_map_and_writing_back_refuse_what_cannot_be_mapped():
 @pytest.mark.slow
 def test_pre_commit_runs_the_hook_on_notebooks(tmp_path, pre_commit_hook):
     """The real pre-commit with the hook's `types_or: [python, pyi, jupyter]`: a staged
-    notebook is checked, and the --fix hook fixes its cell."""
+    notebook is checked, and the --fix hook fixes its cell.  Both runs use the hook
+    repository at one commit, so pre-commit builds its environment once (shared with
+    test_pre_commit's `run`: the environment is keyed by repository and commit, not args)."""
     pytest.importorskip("pre_commit")
     from tests.test_pre_commit import git, pre_commit
 
@@ -185,9 +187,12 @@ def test_pre_commit_runs_the_hook_on_notebooks(tmp_path, pre_commit_hook):
     git("init", "-q", cwd=repo)
     make_notebook(repo / "demo.ipynb", FSD001_CELLS)
     git("add", "demo.ipynb", cwd=repo)
-    blocked = pre_commit("try-repo", str(snapshot), "fsdp-lint", "--files", "demo.ipynb", cwd=repo, home=home)
+    config = repo / ".pre-commit-config.yaml"
+    config.write_text(f"repos:\n- repo: {snapshot}\n  rev: {rev}\n  hooks:\n  - id: fsdp-lint\n")
+    blocked = pre_commit("run", "--files", "demo.ipynb", cwd=repo, home=home)
     assert blocked.returncode == 1 and "demo.ipynb:cell 5:1:6: FSD001" in blocked.stdout, blocked.stdout + blocked.stderr
-    (repo / ".pre-commit-config.yaml").write_text(
+    assert "summon_full_params(model)" in (repo / "demo.ipynb").read_text()  # the check hook edits nothing
+    config.write_text(
         f"repos:\n- repo: {snapshot}\n  rev: {rev}\n  hooks:\n  - id: fsdp-lint\n    args: [--fix]\n"
     )
     fixing = pre_commit("run", "--files", "demo.ipynb", cwd=repo, home=home)
