@@ -11,6 +11,7 @@ import concurrent.futures  # its ProcessPoolExecutor loads on first use: only ru
 import difflib
 import multiprocessing
 import os
+import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Type
@@ -355,6 +356,28 @@ def _submit(pool, source: SourceFile):
         return pool.submit(_worker, source)
 
 
+def _done(future) -> bool:
+    with blocked():
+        return future.done()
+
+
+def _result(future):
+    """``future.result()`` without ever being interrupted inside ``concurrent.futures``: a
+    signal raised there (between a lock's acquire and the ``with`` block that releases it,
+    CPython's bpo-29988) can leave the pool's lock held, and stopping the pool then waits
+    forever.  The wait is a poll whose sleep, outside every lock, is where a signal lands."""
+    while not _done(future):
+        time.sleep(0.005)
+    with blocked():
+        return future.result()
+
+
+def _shutdown(pool) -> None:
+    """Shut a pool whose files are all answered: quick, and never interrupted half-way."""
+    with blocked():
+        pool.shutdown()
+
+
 def _stop(pool) -> None:
     """Stop a pool at once (an interruption): queued files are dropped, workers get
     SIGTERM (they die on it, mid-file: they never write files), then SIGKILL if needed."""
@@ -391,7 +414,7 @@ def _collect(submitted, settings: Settings, reports: List[FileReport], retry: Li
     retry when the pool broke)."""
     source, future = submitted
     try:
-        report = future.result()
+        report = _result(future)
     except concurrent.futures.BrokenExecutor:  # the pool's BrokenProcessPool: a worker died
         retry.append(source)
         return
@@ -431,25 +454,25 @@ def run_files(
                 if pool is None:
                     pool = _pool(jobs, settings)
                 futures.append((source, _submit(pool, source)))
-                while futures and futures[0][1].done():  # write fixes while still reading
+                while futures and _done(futures[0][1]):  # write fixes while still reading
                     _collect(futures.popleft(), settings, reports, retry)
             else:
                 pending.append(source)
         while futures:
             _collect(futures.popleft(), settings, reports, retry)
         if pool is not None:
-            pool.shutdown()
+            _shutdown(pool)
             pool = None
         for source in retry:
             single = _pool(1, settings)
             pool = single
             try:
-                report = _submit(single, source).result()
+                report = _result(_submit(single, source))
                 write_fixes(source, report, settings)
             except concurrent.futures.BrokenExecutor:
                 report = _crashed(source)
             reports.append(report)
-            single.shutdown()
+            _shutdown(single)
             pool = None
     except BaseException:
         if pool is not None:
