@@ -179,7 +179,7 @@ def test_pre_commit_runs_the_hook_on_notebooks(tmp_path, pre_commit_hook):
     repository at one commit, so pre-commit builds its environment once (shared with
     test_pre_commit's `run`: the environment is keyed by repository and commit, not args)."""
     pytest.importorskip("pre_commit")
-    from tests.test_pre_commit import git, pre_commit
+    from tests.test_pre_commit import git, hook_config, pre_commit
 
     snapshot, rev, home = pre_commit_hook
     repo = tmp_path / "user"
@@ -188,13 +188,11 @@ def test_pre_commit_runs_the_hook_on_notebooks(tmp_path, pre_commit_hook):
     make_notebook(repo / "demo.ipynb", FSD001_CELLS)
     git("add", "demo.ipynb", cwd=repo)
     config = repo / ".pre-commit-config.yaml"
-    config.write_text(f"repos:\n- repo: {snapshot}\n  rev: {rev}\n  hooks:\n  - id: fsdp-lint\n")
+    config.write_text(hook_config(snapshot, rev))
     blocked = pre_commit("run", "--files", "demo.ipynb", cwd=repo, home=home)
     assert blocked.returncode == 1 and "demo.ipynb:cell 5:1:6: FSD001" in blocked.stdout, blocked.stdout + blocked.stderr
     assert "summon_full_params(model)" in (repo / "demo.ipynb").read_text()  # the check hook edits nothing
-    config.write_text(
-        f"repos:\n- repo: {snapshot}\n  rev: {rev}\n  hooks:\n  - id: fsdp-lint\n    args: [--fix]\n"
-    )
+    config.write_text(hook_config(snapshot, rev, fix=True))
     fixing = pre_commit("run", "--files", "demo.ipynb", cwd=repo, home=home)
     assert fixing.returncode == 1 and "files were modified by this hook" in fixing.stdout, fixing.stdout
     assert "summon_full_params(model, writeback=False)" in (repo / "demo.ipynb").read_text()

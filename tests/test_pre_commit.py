@@ -40,6 +40,13 @@ def pre_commit(*args, cwd, home):
     return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=cwd, capture_output=True, text=True, env=env)
 
 
+def hook_config(snapshot, rev, fix=False) -> str:
+    """A `.pre-commit-config.yaml` using the hook repository ``snapshot`` at ``rev`` (the
+    --fix hook with ``fix``): pre-commit keys its environment by repository and commit."""
+    args = "    args: [--fix]\n" if fix else ""
+    return f"repos:\n- repo: {snapshot}\n  rev: {rev}\n  hooks:\n  - id: fsdp-lint\n{args}"
+
+
 def test_hook_blocks_then_fix_hook_rewrites_then_passes(hook_repo, user_repo, pre_commit_hook):
     snapshot, rev = hook_repo
     home = pre_commit_hook[2]
@@ -48,9 +55,7 @@ def test_hook_blocks_then_fix_hook_rewrites_then_passes(hook_repo, user_repo, pr
     assert "FSD001" in blocked.stdout
     assert (user_repo / "train.py").read_text() == BAD.read_text()
 
-    (user_repo / ".pre-commit-config.yaml").write_text(
-        f"repos:\n- repo: {snapshot}\n  rev: {rev}\n  hooks:\n  - id: fsdp-lint\n    args: [--fix]\n"
-    )
+    (user_repo / ".pre-commit-config.yaml").write_text(hook_config(snapshot, rev, fix=True))
     fixing = pre_commit("run", "--files", "train.py", cwd=user_repo, home=home)
     assert fixing.returncode == 1, fixing.stdout  # pre-commit fails a hook that changed files
     assert "files were modified by this hook" in fixing.stdout
