@@ -670,3 +670,42 @@ def test_an_attribute_bound_in_an_inherited_method_reaches_the_subclass(subclass
     site = _call(facts, "touch(self.policy.head)")
     found = [b.value for b in lookup(facts, "self.policy.head", site.ctx, site.order).bindings]
     assert any(facts.module.code_for_node(v) == "wrap(self.policy.head)" for v in found) is reaches
+
+
+def test_which_modules_an_optimizer_may_hold():
+    from fsdp_lint.facts.optimizers import may_hold_parameters_of
+
+    facts = _facts(
+        """
+        def setup(policy, ref, frozen):
+            model = policy
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+            scheduler = get_scheduler("cosine", optimizer)
+            return model, ref, frozen
+
+        def parts(net, head):
+            groups = [p for n, p in net.backbone.named_parameters()]
+            optimizer = AdamW([{"params": groups}])
+
+        def opaque(model, ref):
+            optimizer = create_optimizer(model)
+
+        def none_here(model):
+            return model
+        """
+    )
+    setup, parts, opaque, none_here = (
+        facts.functions[n][0].node for n in ("setup", "parts", "opaque", "none_here")
+    )
+    # the optimizer holds `model`, an alias of `policy`, never `ref`
+    assert may_hold_parameters_of(facts, "model", setup)
+    assert may_hold_parameters_of(facts, "policy", setup)
+    assert not may_hold_parameters_of(facts, "ref", setup)
+    assert not may_hold_parameters_of(facts, "frozen", setup)
+    # a part of `net` in the optimizer: `net` and that part may be held, `head` is not
+    assert may_hold_parameters_of(facts, "net", parts)
+    assert may_hold_parameters_of(facts, "net.backbone.layer1", parts)
+    assert not may_hold_parameters_of(facts, "head", parts)
+    # an optimizer built by a call the file cannot follow, or none at all: may hold anything
+    assert may_hold_parameters_of(facts, "ref", opaque)
+    assert may_hold_parameters_of(facts, "model", none_here)

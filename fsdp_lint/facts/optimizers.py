@@ -251,3 +251,26 @@ def used_after(facts: ModuleFacts, name: str, function, order: int) -> bool:
         if binding.target != name and live(binding.ctx, binding.order) and _mentions(binding.value, name):
             return True
     return False
+
+
+def may_hold_parameters_of(facts: ModuleFacts, name: str, function) -> bool:
+    """Whether an optimizer may hold the parameters of the module ``name`` of ``function``.
+    False only when the function builds optimizers, the parameters of every one of them come
+    from a module this file names, and none is ``name``, one of its parts or a module holding
+    it (aliases followed): ``optimizer = AdamW(model.parameters())`` beside a frozen
+    ``ref_model``.  A function that builds no optimizer, or a call there that says optimizer
+    and whose parameters this file cannot follow (``create_optimizer(model)``), may hand the
+    module to one."""
+    held = [o for o in optimizers(facts) if o.site.ctx.function is function]
+    resolved = {id(o.site.node) for o in held}
+    if not held or any(o.module is None for o in held):
+        return True
+    if any(s.ctx.function is function and id(s.node) not in resolved and _named_optimizer(facts, s) for s in facts.calls):
+        return True
+    same = aliases(facts, function)
+    target = same.get(name, name)
+    for optimizer in held:
+        owner = same.get(optimizer.module, optimizer.module)
+        if owner == target or owner.startswith(target + ".") or target.startswith(owner + "."):
+            return True
+    return False

@@ -8,6 +8,7 @@ from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, loaded_in, modul
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
+from fsdp_lint.facts.optimizers import may_hold_parameters_of
 from fsdp_lint.facts.dataflow import calls_of
 from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, lookup, runs_before
 from fsdp_lint.facts.values import UNKNOWN
@@ -74,6 +75,11 @@ fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, re
   `.bfloat16()`, `.half()`), or the model loaded there in a dtype the rule can read; a helper
   called from another file, a dtype chosen at run time (`"auto"`, a command-line choice) or a
   helper called with models in different dtypes is not flagged.
+- A model no optimizer can hold is not flagged: when the function that shards it builds
+  optimizers, each from the parameters of a model the rule can name, and none of them is this
+  one (a frozen reference or teacher model beside the policy), its low-precision weights lose
+  no update. A function that builds no optimizer, or builds one the rule cannot follow, may
+  hand the model to one, and the rule reports.
 
 ## Fix safety
 No automatic fix: pure low-precision training can be intended (then suppress with
@@ -91,6 +97,9 @@ No automatic fix: pure low-precision training can be intended (then suppress wit
             dtype = _policy_dtype(facts, wrap)
             if dtype not in LOW_PRECISION:
                 continue
+            module = _module_of(facts, wrap)
+            if not may_hold_parameters_of(facts, module, wrap.site.ctx.function):
+                continue  # a frozen reference or teacher model: no optimizer state to lose
             evidence = _cast_before(facts, wrap, dtype)
             if evidence is None:
                 continue
