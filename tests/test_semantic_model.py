@@ -709,3 +709,42 @@ def test_which_modules_an_optimizer_may_hold():
     # an optimizer built by a call the file cannot follow, or none at all: may hold anything
     assert may_hold_parameters_of(facts, "ref", opaque)
     assert may_hold_parameters_of(facts, "model", none_here)
+
+
+def test_an_optimizer_is_used_through_the_object_it_was_handed_to():
+    from fsdp_lint.facts.optimizers import used_after
+
+    facts = _facts(
+        """
+        def main(model, loader):
+            optimizer = AdamW(model.parameters())
+            stepper = Stepper(model, optimizer)
+            model = FSDP(model)
+            for batch in loader:
+                stepper.step(model(batch))
+
+        def rebuilt(model, loader):
+            optimizer = AdamW(model.parameters())
+            old = Stepper(model, optimizer)
+            model = FSDP(model)
+            optimizer = AdamW(model.parameters())
+            for batch in loader:
+                model(batch).backward()
+                optimizer.step()
+
+        def stale_holder(model):
+            optimizer = SGD(model.parameters())
+            logger = Logger(optimizer)
+            optimizer = AdamW(model.parameters())
+            model = FSDP(model)
+            logger.flush()
+        """
+    )
+    main, rebuilt, stale = (facts.functions[n][0].node for n in ("main", "rebuilt", "stale_holder"))
+    orders = {id(s.ctx.function): s.order for s in facts.calls if facts.module.code_for_node(s.node) == "FSDP(model)"}
+    # the stepper holding the optimizer is used after the wrap
+    assert used_after(facts, "optimizer", main, orders[id(main)])
+    # the holder is never used again and the name is rebound after the wrap
+    assert not used_after(facts, "optimizer", rebuilt, orders[id(rebuilt)])
+    # the logger holds the SGD optimizer, not the AdamW one bound after it
+    assert not used_after(facts, "optimizer", stale, orders[id(stale)])

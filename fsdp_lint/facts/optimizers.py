@@ -214,6 +214,23 @@ def aliases(facts: ModuleFacts, function) -> Dict[str, str]:
     return result
 
 
+def _holders(facts: ModuleFacts, name: str, function, order: int) -> List[str]:
+    """Names bound in ``function`` before ``order`` to a call that is handed ``name`` (a
+    scheduler, a trainer or an engine holding the optimizer), while ``name`` still holds the
+    value it had."""
+    bound = max((b.order for b in facts.bindings if b.target == name and b.ctx.function is function and b.order < order), default=-1)
+    found = []
+    for binding in facts.bindings:
+        if binding.ctx.function is not function or not bound < binding.order < order:
+            continue
+        if binding.kind != "assign" or binding.index is not None:
+            continue
+        value = binding.value
+        if isinstance(value, cst.Call) and binding.target != name and any(dotted_name(a.value) == name for a in value.args):
+            found.append(binding.target)
+    return found
+
+
 def _mentions(node: cst.CSTNode, name: str) -> bool:
     stack = [node]
     while stack:
@@ -224,11 +241,15 @@ def _mentions(node: cst.CSTNode, name: str) -> bool:
     return False
 
 
-def used_after(facts: ModuleFacts, name: str, function, order: int) -> bool:
+def used_after(facts: ModuleFacts, name: str, function, order: int, _depth: int = 0) -> bool:
     """Whether ``name`` is used after ``order`` in ``function`` (``name.step()``, ``f(name)``,
-    ``return model, name``, ``self.opt = name``).  An attribute (``self.optimizer``)
-    outlives the function: it is used later by whoever holds the object."""
+    ``return model, name``, ``self.opt = name``), also through an object it was handed to
+    before ``order`` and that is used after it (``trainer = Trainer(model, optimizer)`` then
+    ``trainer.step()``).  An attribute (``self.optimizer``) outlives the function: it is
+    used later by whoever holds the object."""
     if "." in name:
+        return True
+    if _depth < 2 and any(used_after(facts, holder, function, order, _depth + 1) for holder in _holders(facts, name, function, order)):
         return True
     rebinds = [b.order for b in facts.bindings if b.target == name and b.ctx.function is function and b.order > order]
     until = min(rebinds, default=None)  # a new value bound to the name ends the old one's life

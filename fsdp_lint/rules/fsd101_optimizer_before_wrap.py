@@ -32,7 +32,9 @@ of a function of this file that runs `fully_shard` on its parameter, torchtitan'
 `apply_fsdp(model)`: FSDP2 shards in place, or a function of another file of the project
 that does, found through the imports: `parallelize_llama(model, mesh)` from
 `parallelize.py`, the message then names where it shards) in the same function and still used after the wrap: called, returned (`return model, optimizer`),
-stored on an object (`self.optimizer = ...`) or passed on (`Trainer(model, optimizer)`).
+stored on an object (`self.optimizer = ...`), passed on (`Trainer(model, optimizer)`), or
+handed before the wrap to an object that is used after it (`stepper = Stepper(model,
+optimizer)`, the wrap, then `stepper.step(loss)` in the loop).
 An optimizer built after the wrap from the module object that was wrapped
 (`self.model = FSDP(model)` then `Adam(model.parameters())`) is not flagged: FSDP1 registers
 its flat parameters on that inner module (or keeps the original parameter objects with
