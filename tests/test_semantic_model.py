@@ -10,7 +10,8 @@ import libcst as cst
 import pytest
 
 from fsdp_lint.facts.index import index_module
-from fsdp_lint.facts.ranks import restricted_to_some_ranks, single_process_branch
+from fsdp_lint.facts.processes import single_process_branch
+from fsdp_lint.facts.ranks import restricted_to_some_ranks
 from fsdp_lint.facts.scopes import lookup, runs_before, runs_in
 
 
@@ -748,3 +749,68 @@ def test_an_optimizer_is_used_through_the_object_it_was_handed_to():
     assert not used_after(facts, "optimizer", rebuilt, orders[id(rebuilt)])
     # the logger holds the SGD optimizer, not the AdamW one bound after it
     assert not used_after(facts, "optimizer", stale, orders[id(stale)])
+
+
+def _values_at(facts, dotted, call_text):
+    site = _call(facts, call_text)
+    return sorted(facts.module.code_for_node(b.value) for b in lookup(facts, dotted, site.ctx, site.order).bindings)
+
+
+def test_a_binding_made_only_in_one_process_does_not_reach_the_distributed_run():
+    facts = _facts(
+        """
+        def setup(model, world_size):
+            if world_size == 1:
+                model = model.cuda()
+                describe(model)
+            else:
+                model = FSDP(model)
+            train(model)
+
+        def wrap(model):
+            if not dist.is_initialized():
+                model = model.to("cuda")
+                return model
+            model = FSDP(model)
+            evaluate(model)
+        """
+    )
+    assert _values_at(facts, "model", "train(model)") == ["FSDP(model)"]
+    # inside the single-process branch, its own binding is what the name holds
+    assert _values_at(facts, "model", "describe(model)") == ["model.cuda()"]
+    assert _values_at(facts, "model", "evaluate(model)") == ["FSDP(model)"]
+
+
+def test_an_attribute_rebound_by_a_method_called_before_return():
+    facts = _facts(
+        """
+        class Engine:
+            def initialize(self):
+                self.model = load(self.path)
+                self._wrap()
+
+            def _wrap(self):
+                if not dist.is_initialized():
+                    return
+                inspect(self.model)
+                self.model = FSDP(self.model)
+
+            def setup_if_asked(self):
+                self.head = load(self.path)
+                if self.config.shard:
+                    self._wrap_head()
+
+            def _wrap_head(self):
+                self.head = FSDP(self.head)
+
+            def train(self):
+                step(self.model)
+                step(self.head)
+        """
+    )
+    # another method sees the attribute as initialize() leaves it: wrapped by _wrap()
+    assert _values_at(facts, "self.model", "step(self.model)") == ["FSDP(self.model)"]
+    # _wrap() itself runs after the load and sees it
+    assert "load(self.path)" in _values_at(facts, "self.model", "inspect(self.model)")
+    # a wrap that runs only under a test does not hide the load
+    assert _values_at(facts, "self.head", "step(self.head)") == ["FSDP(self.head)", "load(self.path)"]

@@ -7,8 +7,11 @@
   bindings in a ``def`` nested in it where that ``def`` is called before the use (its body
   runs there, not where it is written), and every binding in the class's other methods
   (any of them may have run before), unless the method's own binding overwrites them on
-  every path to the use;
+  every path to the use, or the other method itself calls, before it returns, a method that
+  binds the attribute again in every distributed run (``_rebound_before_return``);
 - a name at module level: the module's reaching bindings.
+A binding made only in a single-process branch (``facts.processes``) reaches only uses in
+such a branch: it does not happen in the run FSDP shards.
 A function parameter has no binding here: its value comes from the caller (``Scope.param``).
 """
 
@@ -23,6 +26,7 @@ from fsdp_lint.facts.conditions import class_flags_contradict
 from fsdp_lint.facts.flow import exclusive, on_every_path, reaching
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, Context, FunctionInfo, ModuleFacts
+from fsdp_lint.facts.processes import in_single_process_branch, single_process_branch
 
 
 @dataclass
@@ -53,6 +57,11 @@ def function_info(facts: ModuleFacts, node) -> Optional[FunctionInfo]:
 def lookup(facts: ModuleFacts, dotted: str, ctx: Context, order: int, extra=()) -> Lookup:
     """``extra``: events that act as bindings of ``dotted`` (an in-place ``fully_shard``)."""
     candidates = bindings_of(facts, dotted) + list(extra)
+    if not in_single_process_branch(ctx):
+        # a binding made only when the program runs in one process does not happen in the
+        # run FSDP shards (``facts.processes``): ``if not dist.is_initialized(): model =
+        # model.to(device); return`` before ``fully_shard(model)``
+        candidates = [b for b in candidates if not in_single_process_branch(b.ctx)]
     head = dotted.split(".", 1)[0]
     if head == "self" and "." in dotted and ctx.class_def is not None:
         inherited = _inherited_methods(facts, ctx.class_def)
@@ -161,6 +170,8 @@ def _attribute_bindings(facts: ModuleFacts, bindings: List[Binding], ctx: Contex
     for binding in bindings:
         if binding.ctx.function is ctx.function:
             continue
+        if _rebound_before_return(facts, binding, bindings, ctx.function):
+            continue
         places = runs_in(facts, binding.ctx, ctx.function)
         if places is None:
             if not class_flags_contradict(binding.ctx, ctx):  # ``if self.is_fsdp:`` in both
@@ -168,6 +179,47 @@ def _attribute_bindings(facts: ModuleFacts, bindings: List[Binding], ctx: Contex
         elif any(done < order and not exclusive(place, ctx) for place, done in places):
             found.append(binding)
     return found
+
+
+def _in_every_distributed_run(ctx: Context) -> bool:
+    """Code at ``ctx`` runs in every distributed run of its function: in no loop, and every
+    ``if`` around it is a "launched distributed?" test on its distributed side (the rest of
+    the method after ``if not dist.is_initialized(): ...; return``)."""
+    flip = {"body": "orelse", "orelse": "body"}
+    return not ctx.loops and all(single_process_branch(g.node.test) == flip[g.branch] for g in ctx.guards)
+
+
+def _rebound_before_return(facts: ModuleFacts, binding: Binding, bindings: List[Binding], viewer) -> bool:
+    """The method that makes ``binding`` of ``self.<attr>`` then calls, on every path after
+    it and before it returns, another method of its class that binds the attribute again in
+    every distributed run: ``self.model = self._load_model(path)`` then ``self._wrap()``,
+    whose ``fully_shard(self.model)`` stands after an early return for the single-process
+    run. Another method then sees the attribute as that one leaves it, not ``binding``
+    (the method called sees ``binding`` itself, and so keeps it)."""
+    method, class_def = binding.ctx.function, binding.ctx.class_def
+    if method is None or class_def is None or binding.ctx.loops:
+        return False
+    guards = {(id(g.node), g.branch) for g in binding.ctx.guards}
+    exits = [r for r in facts.returns if r.ctx.function is method and r.order > binding.order]
+    for site in facts.calls:
+        if site.ctx.function is not method or site.order <= binding.order or site.ctx.loops:
+            continue
+        func = site.node.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+            continue
+        if not {(id(g.node), g.branch) for g in site.ctx.guards} <= guards:
+            continue  # the call may not run where the binding did
+        if any(r.order < site.order for r in exits):
+            continue  # a return between them
+        for info in methods_of(facts, class_def, func.attr.value):
+            if info.node is viewer:
+                continue
+            early = [r for r in facts.returns if r.ctx.function is info.node and not in_single_process_branch(r.ctx)]
+            for other in bindings:
+                if other.ctx.function is info.node and _in_every_distributed_run(other.ctx) \
+                        and not any(r.order < other.order for r in early):
+                    return True
+    return False
 
 
 def calls_by_callee_name(facts: ModuleFacts) -> Dict[Tuple[bool, str], List[CallSite]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.conditions import tests_type_of
-from fsdp_lint.facts.ranks import in_single_process_branch
+from fsdp_lint.facts.processes import in_single_process_branch
 from fsdp_lint.facts.fsdp_modules import origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments

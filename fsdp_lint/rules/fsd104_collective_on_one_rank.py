@@ -7,7 +7,8 @@ import re
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, GATHER_ADVICE, balanced, framework_call, torch_collective
 from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
 from fsdp_lint.facts.helpers import collective_helper
-from fsdp_lint.facts.ranks import in_single_process_branch, rank_guard
+from fsdp_lint.facts.processes import in_single_process_branch
+from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 

@@ -1,0 +1,97 @@
+"""Which code runs only in a single process: the branch of a "launched distributed?" test
+that runs when the program was not.
+
+A *single-process branch* runs only when the program was not launched distributed: the
+``else`` of ``if "LOCAL_RANK" in os.environ:``, of ``if dist.is_initialized():``, of
+``if world_size > 1:``, of ``if args.distributed:`` / ``if use_fsdp or use_ddp:``, the body
+of ``if not dist.is_initialized():``.  There is one process: nothing there runs on every
+rank, and nothing there happens in the run FSDP shards (``scopes.lookup`` does not let a
+binding made there reach code outside such a branch).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.model import Context
+from fsdp_lint.facts.values import literal_string
+
+# environment variables torchrun (and the other launchers) set in every process it starts
+LAUNCHER_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+# ``dist.is_initialized()``: true only in a distributed run
+DISTRIBUTED_CALLS = frozenset({"is_initialized", "is_distributed"})
+# a flag or setting that says the run is distributed: ``args.distributed``, ``use_fsdp``
+DISTRIBUTED_FLAG = re.compile(r"^(use_|is_|enable_|with_)?(distributed|fsdp|ddp|multi_gpu|multigpu|dist)$", re.I)
+WORLD_SIZE_NAME = re.compile(r"^_*(world_size|num_processes|n_gpus|num_gpus|ngpus)$", re.I)
+
+
+def last_name(dotted: Optional[str]) -> str:
+    return dotted.rsplit(".", 1)[-1].lstrip("_") if dotted else ""
+
+
+def integer_value(expr: cst.BaseExpression) -> Optional[int]:
+    if isinstance(expr, cst.Integer):
+        return int(expr.value, 0)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+        return -int(expr.expression.value, 0)
+    return None
+
+
+def _distributed_test(test: cst.BaseExpression) -> Optional[bool]:
+    """True: ``test`` holds only in a distributed run; False: only in a single process;
+    None: neither is known."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _distributed_test(test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        sides = (_distributed_test(test.left), _distributed_test(test.right))
+        if sides[0] is None or sides[1] is None or sides[0] != sides[1]:
+            return None
+        return sides[0]  # ``use_fsdp or use_ddp``; ``dist.is_available() and dist.is_initialized()`` below
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        op, left, right = target.operator, test.left, target.comparator
+        key = literal_string(left)
+        if key in LAUNCHER_ENV and dotted_name(right) in ("os.environ", "environ"):
+            return isinstance(op, cst.In) if isinstance(op, (cst.In, cst.NotIn)) else None
+        if WORLD_SIZE_NAME.match(last_name(dotted_name(left))) or (
+            isinstance(left, cst.Call) and last_name(dotted_name(left.func)) in ("get_world_size", "device_count")
+        ):
+            value = integer_value(right)
+            if value == 1 and isinstance(op, (cst.GreaterThan, cst.NotEqual)):
+                return True
+            if value == 1 and isinstance(op, (cst.Equal, cst.LessThanEqual)):
+                return False
+        return None
+    if isinstance(test, cst.Call):
+        name = last_name(dotted_name(test.func))
+        if name in DISTRIBUTED_CALLS:
+            return True
+        if name == "is_available":
+            return True  # ``dist.is_available() and dist.is_initialized()``: decided by the other side
+        return None
+    dotted = dotted_name(test)
+    if dotted is not None and DISTRIBUTED_FLAG.match(last_name(dotted)):
+        return True
+    return None
+
+
+def single_process_branch(test: cst.BaseExpression) -> Optional[str]:
+    """'body' or 'orelse': the branch of ``if test`` that runs only when the program is not
+    distributed (one process); None when ``test`` does not ask."""
+    if isinstance(test, cst.Call) and last_name(dotted_name(test.func)) == "is_available":
+        return None  # alone, ``dist.is_available()`` says nothing about this run
+    answer = _distributed_test(test)
+    if answer is None:
+        return None
+    return "orelse" if answer else "body"
+
+
+def in_single_process_branch(ctx: Context) -> bool:
+    """Code at ``ctx`` runs only when the program is not distributed (``else:`` of ``if
+    world_size > 1:``): one process, no peer to wait for or to disagree with."""
+    return any(single_process_branch(guard.node.test) == guard.branch for guard in ctx.guards)
