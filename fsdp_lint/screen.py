@@ -1009,6 +1009,7 @@ _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
     "fsdp1_model": lambda s: _fsdp1_model(s),
     # or one a caller in another project file may pass (``Origins.external``)
     "fsdp1_passed": lambda s: _fsdp1_model(s) or PASSED in s.project,
+    "fsdp2_passed": lambda s: s.fsdp2_wraps() or PASSED in s.project,
     "fsdp_program": lambda s: bool(s.wraps()) or s.imports_from(torch_api.FSDP_PACKAGE)
     or (s.launched and s.imports_from("accelerate")),  # ``frameworks.launched_prepares``
     "cpu_offload_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _project_offloads(s),

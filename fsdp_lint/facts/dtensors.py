@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins_with_callers
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import latest_binding
@@ -48,8 +48,8 @@ def _compute(facts: ModuleFacts):
     modules = fsdp_modules(facts)
     sources: Dict[int, str] = {}
     named: Dict[str, List[Binding]] = {}
-    if not modules.fsdp2_wraps:
-        return sources, named
+    if not modules.fsdp2_wraps and facts.project is None:
+        return sources, named  # (with a project, other files may pass a sharded module in)
     for site in facts.calls:
         what = _norm_source(facts, modules, site)
         if what is not None:
@@ -143,7 +143,7 @@ def _from_fsdp2(facts, modules, expr, site, depth=0) -> bool:
 
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
             and expr.func.attr.value in ("parameters", "named_parameters"):
-        return _is_fsdp2(modules, dotted_name(expr.func.value), site)
+        return _is_fsdp2(modules, dotted_name(expr.func.value), site) or _passed_fsdp2(facts, expr.func.value, site)
     if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("list", "tuple") and expr.args:
         return _from_fsdp2(facts, modules, expr.args[0].value, site, depth + 1)
     if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
@@ -155,6 +155,15 @@ def _from_fsdp2(facts, modules, expr, site, depth=0) -> bool:
         if latest is not None and (latest.ctx.function is site.ctx.function or "." in name):
             return _from_fsdp2(facts, modules, latest.value, site, depth + 1)
     return False
+
+def _passed_fsdp2(facts, expr, site) -> bool:
+    """``expr`` is, on every path the file shows, a module that calls in other project
+    files pass sharded by ``fully_shard`` (``Origins.external``: a training step of an
+    engine class the launcher hands the sharded model to)."""
+    found = origins_with_callers(facts, expr, site.ctx, site.order)
+    return bool(found.external) and all(e.fsdp2 for e in found.external) \
+        and not (found.wraps or found.plain or found.opaque or found.inner)
+
 
 def _is_fsdp2(modules, name, site) -> bool:
     if name is None:

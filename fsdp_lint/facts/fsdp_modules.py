@@ -381,8 +381,13 @@ def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression],
 
 def _passed_from_other_files(facts: ModuleFacts, expr, ctx, order: int) -> list:
     """``expr`` reads a parameter, as passed, of a top-level function of this file: what
-    calls of that function in other project files pass for it (``ProjectView.passed``)."""
+    calls of that function in other project files pass for it (``ProjectView.passed``).
+    Also ``self.<attr>`` in a method of a top-level class whose ``__init__`` stores a
+    parameter there (``self.model = model``): what other files pass to the class
+    (``GRPOEngine(model, ref_model, optimizer)`` in the launcher)."""
     project = facts.project
+    if project is not None and isinstance(expr, cst.Attribute) and ctx.class_def is not None:
+        return _passed_to_constructor(facts, expr, ctx, order)
     if project is None or not isinstance(expr, cst.Name) or ctx.class_def is not None:
         return []
     info = function_info(facts, ctx.function)
@@ -391,6 +396,27 @@ def _passed_from_other_files(facts: ModuleFacts, expr, ctx, order: int) -> list:
     if lookup(facts, expr.value, ctx, order).param != expr.value:
         return []  # rebound in the function first
     return project.passed(ctx.function.name.value, tuple(info.param_names), expr.value)
+
+
+def _passed_to_constructor(facts: ModuleFacts, expr: cst.Attribute, ctx, order: int) -> list:
+    """``_passed_from_other_files`` of ``self.<attr>``: every binding of it that the use
+    sees stores a parameter of the class's ``__init__``, as passed (precision first: a
+    binding of anything else says nothing)."""
+    class_def = ctx.class_def
+    if dotted_name(expr.value) != "self" or facts.classes.get(class_def.name.value) is not class_def:
+        return []
+    bindings = lookup(facts, dotted_name(expr), ctx, order).bindings
+    found = []
+    for binding in bindings:
+        info = function_info(facts, binding.ctx.function) if binding.ctx.function is not None else None
+        value = binding.value
+        if info is None or info.name != "__init__" or info.class_def is not class_def or not isinstance(value, cst.Name):
+            return []
+        if binding.kind != "assign" or lookup(facts, value.value, binding.ctx, binding.order).param != value.value:
+            return []
+        params = tuple(info.param_names[1:])
+        found.extend(facts.project.passed(class_def.name.value, params, value.value))
+    return found
 
 
 # -- a construction's configuration ---------------------------------------------------

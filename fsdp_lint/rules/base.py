@@ -122,7 +122,8 @@ class Rule:
     # helper of the file or the project; "fsdp_wrap": an FSDP1 or FSDP2 wrap; "fsdp1_model":
     # an FSDP1 wrap, or a name annotated ``FullyShardedDataParallel``; "fsdp1_passed": that, or a
     # project file that names FSDP imports this one (it may pass an FSDP1 module to one of its
-    # functions: ``Origins.external``); "cpu_offload_named":
+    # functions: ``Origins.external``); "fsdp2_passed": the same for "fsdp2_wrap" (a module
+    # other files pass sharded by ``fully_shard``); "cpu_offload_named":
     # the code names ``CPUOffload``/``CPUOffloadPolicy`` or calls a project helper that offloads;
     # "fsdp_program": the file imports ``torch.distributed.fsdp``, wraps a module, or an
     # ``accelerate launch`` FSDP configuration starts it and it imports accelerate);

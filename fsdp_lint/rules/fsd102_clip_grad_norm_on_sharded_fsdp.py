@@ -79,7 +79,8 @@ model.clip_grad_norm_(1.0)
 
 ## Known problems
 - The rule stays quiet unless an FSDP1 construction of this file (or, for a parameter, of a
-  project file that calls the function) reaches the call and every strategy it may have is
+  project file that calls the function, or builds the class whose `__init__` stores it in
+  `self.model`) reaches the call and every strategy it may have is
   visible. In a project without `pyproject.toml` or `.git` the other files are not read. A
   model it cannot follow (a parameter of a function no call of the project passes a wrapped
   model to, an attribute set elsewhere, a

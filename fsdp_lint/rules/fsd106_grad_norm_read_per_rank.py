@@ -38,7 +38,7 @@ class GradNormReadPerRank(Rule):
     )
     # a read of a norm of an FSDP2 module's gradients; the norm it reads may be bound far
     # from it, so the read alone does not seed a slice (no ``gate_sites``)
-    gate_facts = ("fsdp2_wrap",)
+    gate_facts = ("fsdp2_passed",)
     gate_calls = LOCAL_READS | BUILTIN_LOCAL_READS
     doc = """\
 ## What it does
@@ -103,8 +103,11 @@ logger.info(f"grad_norm: {grad_norm.full_tensor().item():.4f}")
 ## Known problems
 - The model must be sharded with `fully_shard` in the same function as the norm (a call of a
   helper of the file or of a project file that shards it counts), or be an attribute such as
-  `self.model` sharded anywhere in the file; a model passed in already sharded (a parameter)
-  is not followed, and nothing is flagged.
+  `self.model` sharded anywhere in the file, or one that every call in other project files
+  passes sharded (a parameter of a top-level function, or `self.model = model` in the
+  `__init__` of a class such as a trainer engine that the launcher builds with the sharded
+  model); a model passed in from where the project does not show is not followed, and
+  nothing is flagged.
 - With no `target-torch-version`, the total-norm reads (`.item()`, `float()`, `int()`,
   `.to_local()`) assume a torch before 2.11, where the total norm is a `_NormPartial`
   DTensor; `target-torch-version = "2.11"` or later turns that path off (`.tolist()` stays).
