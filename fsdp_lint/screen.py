@@ -790,6 +790,9 @@ def _builds_optimizer(s: Summary, call: ast.Call) -> bool:
     optimizer (a ``torch.optim`` class, an optimizer-like name) or holds a ``torch.optim``
     class."""
     func = call.func
+    if type(func) is ast.Call and _last(func.func) == "getattr" and func.args:
+        # ``getattr(torch.optim, config.optimizer)(...)``: ``optimizers._class_by_name``
+        return torch_api.OPTIMIZER_PACKAGE in s.qualnames(func.args[0])
     name = _last(func)
     if name is None:
         return False

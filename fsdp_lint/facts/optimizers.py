@@ -3,7 +3,8 @@
 An optimizer is a call whose parameter argument (the first positional one, or ``params=``)
 holds ``M.parameters()`` / ``M.named_parameters()`` (also inside lists, dicts and
 comprehensions) and whose callee is a ``torch.optim`` class (any alias, also held in a
-variable: ``optimizer_cls = torch.optim.AdamW``), a class whose name says optimizer
+variable: ``optimizer_cls = torch.optim.AdamW``, or chosen by name:
+``getattr(torch.optim, config.optimizer)``), a class whose name says optimizer
 (``FusedAdam``, ``Adam8bit``, ``Lion``, ...), or a name that says so (``optimizer_cls``,
 ``self.optim_class``).  ``M.configure_optimizers(...)``, and a call of a function or method of this file that
 returns an optimizer it builds from ``self.parameters()``, ``self.model.parameters()`` or a
@@ -88,6 +89,15 @@ def _named_optimizer(facts: ModuleFacts, site: CallSite) -> bool:
     return bool(_OPTIMIZER_NAME.search(name)) or "optim" in name.lower()
 
 
+def _class_by_name(facts: ModuleFacts, site: CallSite) -> bool:
+    """``getattr(torch.optim, config.optimizer)(...)``: a ``torch.optim`` class chosen by
+    name at run time."""
+    func = site.node.func
+    if not (isinstance(func, cst.Call) and facts.qualname(func.func) is None and dotted_name(func.func) == "getattr"):
+        return False
+    return bool(func.args) and facts.qualname(func.args[0].value) == torch_api.OPTIMIZER_PACKAGE
+
+
 def _holds_optimizer_class(facts: ModuleFacts, site: CallSite) -> bool:
     """``optimizer_cls = torch.optim.AdamW``; ``optimizer_cls(...)``."""
     func = site.node.func
@@ -152,12 +162,13 @@ def _compute(facts: ModuleFacts) -> List[OptimizerSite]:
     candidates = []
     for site in facts.calls:
         arg = _params_arg(site.node)
-        if arg is None or arg.star or site.attr is None:
+        by_name = _class_by_name(facts, site)
+        if arg is None or arg.star or (site.attr is None and not by_name):
             candidates.append(site)
             continue
         value = arg.value
         direct = isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _PARAMETER_CALLS
-        if _named_optimizer(facts, site) or (direct and _holds_optimizer_class(facts, site)):
+        if by_name or _named_optimizer(facts, site) or (direct and _holds_optimizer_class(facts, site)):
             owner = _parameters_owner(value) or _owner_through_names(facts, site, value)
             if owner is not None:
                 found.append(OptimizerSite(site, owner, targets.get(id(site.node))))
