@@ -152,6 +152,9 @@ def test_a_binding_of_the_method_on_every_path_hides_the_other_methods():
         ("use_fsdp or step > 10", None),
         ("rank == 0", None),
         ("args.fsdp_config", None),
+        # one strategy's flag: its other side may be another strategy, not one process
+        ("use_ddp", None),
+        ("not args.fsdp", None),
     ],
 )
 def test_single_process_branches(test, branch):
@@ -814,3 +817,17 @@ def test_an_attribute_rebound_by_a_method_called_before_return():
     assert "load(self.path)" in _values_at(facts, "self.model", "inspect(self.model)")
     # a wrap that runs only under a test does not hide the load
     assert _values_at(facts, "self.head", "step(self.head)") == ["FSDP(self.head)", "load(self.path)"]
+
+
+def test_the_other_side_of_one_strategy_flag_is_not_one_process():
+    facts = _facts(
+        """
+        def setup(model, args):
+            if args.use_ddp:
+                model = DDP(model)
+            else:
+                model = FSDP(model)
+            train(model)
+        """
+    )
+    assert _values_at(facts, "model", "train(model)") == ["DDP(model)", "FSDP(model)"]

@@ -26,6 +26,9 @@ LAUNCHER_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"
 DISTRIBUTED_CALLS = frozenset({"is_initialized", "is_distributed"})
 # a flag or setting that says the run is distributed: ``args.distributed``, ``use_fsdp``
 DISTRIBUTED_FLAG = re.compile(r"^(use_|is_|enable_|with_)?(distributed|fsdp|ddp|multi_gpu|multigpu|dist)$", re.I)
+# one strategy's flag: its false side may be another strategy (``if use_ddp: DDP(m) else:
+# FSDP(m)``), not one process
+STRATEGY_FLAG = re.compile(r"^(use_|is_|enable_|with_)?(fsdp|ddp)$", re.I)
 WORLD_SIZE_NAME = re.compile(r"^_*(world_size|num_processes|n_gpus|num_gpus|ngpus)$", re.I)
 
 
@@ -85,6 +88,11 @@ def single_process_branch(test: cst.BaseExpression) -> Optional[str]:
     distributed (one process); None when ``test`` does not ask."""
     if isinstance(test, cst.Call) and last_name(dotted_name(test.func)) == "is_available":
         return None  # alone, ``dist.is_available()`` says nothing about this run
+    bare = test
+    while isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
+        bare = bare.expression
+    if dotted_name(bare) is not None and STRATEGY_FLAG.match(last_name(dotted_name(bare))):
+        return None  # ``if use_ddp:``: the other branch may run FSDP
     answer = _distributed_test(test)
     if answer is None:
         return None
