@@ -152,9 +152,11 @@ def test_a_binding_of_the_method_on_every_path_hides_the_other_methods():
         ("use_fsdp or step > 10", None),
         ("rank == 0", None),
         ("args.fsdp_config", None),
-        # one strategy's flag: its other side may be another strategy, not one process
+        # DDP's flag: its other side may be FSDP, not one process (FSDP's flag keeps its
+        # reading: its other side is a run FSDP is not in)
         ("use_ddp", None),
-        ("not args.fsdp", None),
+        ("not args.use_ddp", None),
+        ("args.enable_fsdp", "orelse"),
     ],
 )
 def test_single_process_branches(test, branch):
@@ -831,3 +833,53 @@ def test_the_other_side_of_one_strategy_flag_is_not_one_process():
         """
     )
     assert _values_at(facts, "model", "train(model)") == ["DDP(model)", "FSDP(model)"]
+
+
+def test_helper_summaries_read_tests_that_hold_whenever_fsdp_shards():
+    from fsdp_lint.facts.helpers import summaries
+
+    facts = _facts(
+        """
+        try:
+            from torch.distributed.fsdp import FSDPModule, fully_shard
+        except ImportError:
+            FSDPModule = fully_shard = None
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        TYPES = (FSDPModule,) if FSDPModule is not None else ()
+
+        def prepare(model, config):
+            if config.use_ddp:
+                return DDP(model)
+            if config.use_fsdp:
+                if fully_shard is None:
+                    raise RuntimeError("needs FSDP2")
+                fully_shard(model)
+            return model
+
+        def prepare_if_asked(model, config):
+            if config.shard_it:
+                fully_shard(model)
+            return model
+
+        def gather(model):
+            if isinstance(model, TYPES + (DDP,)):
+                return get_model_state_dict(model)
+            return model.state_dict()
+
+        def gather_ddp(model):
+            if isinstance(model, DDP):
+                return get_model_state_dict(model)
+            return model.state_dict()
+        """
+    )
+    found = summaries(facts)
+    # shards whenever FSDP is on (the DDP branch returns first; the raise ends the other path)
+    assert found["prepare"].shards == "model"
+    # a test that says nothing about FSDP keeps the shard conditional
+    assert "prepare_if_asked" not in found or found["prepare_if_asked"].shards is None
+    # the gather runs whenever the module is an FSDP one: a collective on `model`
+    assert (found["gather"].model, found["gather"].needs) == ("model", "sharded")
+    # under a DDP-only test it never runs on an FSDP module
+    assert "gather_ddp" not in found or not found["gather_ddp"].collective

@@ -19,6 +19,7 @@ Method summaries stay out of ``summaries`` (what other files import) and are ask
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, List, Optional, Set
 
 from fsdp_lint.lazy_libcst import cst
@@ -39,6 +40,7 @@ from fsdp_lint.facts.helper_summary import Helper, argument, kinds_of, project_h
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, FunctionInfo, ModuleFacts
 from fsdp_lint.facts.optimizers import optimizers
+from fsdp_lint.facts.processes import holds_when_sharded
 from fsdp_lint.facts.ranks import mentions_rank, per_rank_path, restricted_to_some_ranks, value_parts
 from fsdp_lint.facts.scopes import latest_binding, lookup
 from fsdp_lint.facts.summon import summon_calls
@@ -89,10 +91,12 @@ def _calls_by_function(facts: ModuleFacts) -> Dict[int, List[CallSite]]:
 
 def _always_reached(site: CallSite, loops_ok: bool = False) -> bool:
     """The call runs whenever its statement does, and its statement on every call of its
-    function: no guard, loop (``loops_ok``: loops allowed, the caller vouches for them), or
+    function that runs with FSDP: no guard (but one that holds whenever FSDP shards), loop (``loops_ok``: loops allowed, the caller vouches for them), or
     short-circuiting expression between them."""
     ctx = site.ctx
-    if ctx.guards or (ctx.loops and not loops_ok):
+    if not all(g.after_exit == "raise" or holds_when_sharded(g) for g in ctx.guards) or (ctx.loops and not loops_ok):
+        # (a test that holds whenever FSDP shards: ``if config.use_fsdp:``; the rest of a
+        # block after ``if fully_shard is None: raise ...``: every call that returns)
         return False
     statement = ctx.statement
     if isinstance(statement, (cst.If, cst.For, cst.While, cst.Try)) or type(statement).__name__ in ("TryStar", "Match"):
@@ -138,6 +142,32 @@ def _in_handler(facts: ModuleFacts, function: cst.FunctionDef, statement) -> boo
     if ids is None:
         ids = handled[id(function)] = _handled(function)
     return id(statement) in ids
+
+
+def _fsdp_type_test(facts: ModuleFacts, guard, info: FunctionInfo) -> Optional[str]:
+    """The parameter of ``info`` that ``guard``'s true side knows to be an FSDP module:
+    ``isinstance(model, T)`` where ``T`` names an FSDP class (``torch_api.FSDP_MODULE_TYPES``)
+    itself or through a module-level name bound to a tuple naming one (``FSDP_TYPES =
+    (FSDPModule,)``)."""
+    test = guard.node.test
+    if guard.branch != "body" or not isinstance(test, cst.Call) or dotted_name(test.func) != "isinstance" \
+            or facts.qualname(test.func) is not None or len(test.args) != 2:
+        return None
+    subject = test.args[0].value
+    if not isinstance(subject, cst.Name) or subject.value not in info.param_names:
+        return None
+    pending, seen = [test.args[1].value], 0
+    while pending and seen < 200:
+        node = pending.pop()
+        seen += 1
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            if facts.qualname(node) in torch_api.FSDP_MODULE_TYPES:
+                return subject.value
+            if isinstance(node, cst.Name):
+                pending.extend(b.value for b in facts.bindings if b.target == node.value and b.ctx.function is None)
+            continue
+        pending.extend(node.children)
+    return None
 
 
 def _param(facts: ModuleFacts, info: FunctionInfo, expr, site: CallSite) -> Optional[str]:
@@ -197,11 +227,14 @@ class _Summarizer:
         facts = self.facts
         params = info.param_names[1:] if info.class_def is not None else info.param_names
         helper = Helper(info.name, params, line=info.node.name)
-        sites = [s for s in self.by_function.get(id(info.node), ())
-                 if _always_reached(s) and not _in_handler(facts, info.node, s.ctx.statement)]
+        own = [s for s in self.by_function.get(id(info.node), ()) if not _in_handler(facts, info.node, s.ctx.statement)]
+        sites = [s for s in own if _always_reached(s)]
         for site in sites:
             if not helper.collective:
                 self._collective(info, site, helper, depth)
+        for site in own:
+            if not helper.collective:
+                self._collective_on_fsdp_type(info, site, helper, depth)
         if not helper.collective:
             self._parameter_gather(info, helper)
         if not helper.collective:
@@ -280,6 +313,27 @@ class _Summarizer:
                 helper.model, helper.needs = param, inner.needs
             elif passed is not None and applies(facts, inner, site):
                 helper.collective, helper.collective_at, helper.advice = inner.collective, inner.collective_at, inner.advice
+
+    def _collective_on_fsdp_type(self, info: FunctionInfo, site: CallSite, helper: Helper, depth: int) -> None:
+        """A collective on a parameter that runs where that parameter is an FSDP module:
+        under ``if isinstance(model, FSDP):`` (``isinstance(model, FSDP_TYPES + (DDP,))``)
+        and otherwise on every call.  The collective's ``needs`` already asks the caller's
+        module to be sharded, so the test adds nothing to what the caller must show."""
+        tested = [_fsdp_type_test(self.facts, g, info) for g in site.ctx.guards]
+        if not any(tested) or site.ctx.loops:
+            return
+        if not all(t is not None or g.after_exit == "raise" or holds_when_sharded(g) for t, g in zip(tested, site.ctx.guards)):
+            return
+        if len({t for t in tested if t}) != 1:
+            return
+        probe = Helper(info.name, helper.params)
+        bare = replace(site, ctx=replace(site.ctx, guards=()))
+        if not _always_reached(bare):
+            return
+        self._collective(info, site, probe, depth)
+        if probe.collective and probe.model == next(t for t in tested if t) and probe.needs in ("sharded", "fsdp1", "fsdp2"):
+            for name in ("collective", "collective_at", "advice", "model", "needs", "balanced_by"):
+                setattr(helper, name, getattr(probe, name))
 
     def _returned_wrap(self, info: FunctionInfo, helper: Helper) -> None:
         """``def wrap_model(model, cfg): ...; return FSDP(model, cpu_offload=...)``: every

@@ -369,9 +369,11 @@ class _Indexer:
         if len(self.frames) == 1 and isinstance(target, cst.Name):
             if index is not None:
                 self.imports.add_local_definition(name)
+            elif isinstance(value, cst.Name) and value.value == "None":
+                pass  # ``except ImportError: fully_shard = None``: no other callable
             elif isinstance(value, (cst.Name, cst.Attribute)):
                 self.imports.add_alias_assignment(name, value)
-            elif not (isinstance(value, cst.Name) and value.value == "None"):
+            else:
                 self.imports.add_local_definition(name)
 
     def on_assign(self, node: cst.Assign, stack) -> None:

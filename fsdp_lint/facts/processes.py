@@ -26,9 +26,10 @@ LAUNCHER_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"
 DISTRIBUTED_CALLS = frozenset({"is_initialized", "is_distributed"})
 # a flag or setting that says the run is distributed: ``args.distributed``, ``use_fsdp``
 DISTRIBUTED_FLAG = re.compile(r"^(use_|is_|enable_|with_)?(distributed|fsdp|ddp|multi_gpu|multigpu|dist)$", re.I)
-# one strategy's flag: its false side may be another strategy (``if use_ddp: DDP(m) else:
-# FSDP(m)``), not one process
-STRATEGY_FLAG = re.compile(r"^(use_|is_|enable_|with_)?(fsdp|ddp)$", re.I)
+# DDP's flag: its false side may be FSDP (``if use_ddp: DDP(m) else: FSDP(m)``), not one
+# process (the false side of FSDP's flag is a run FSDP is not in, which FSDP's rules read as
+# one process)
+DDP_FLAG = re.compile(r"^(use_|is_|enable_|with_)?ddp$", re.I)
 WORLD_SIZE_NAME = re.compile(r"^_*(world_size|num_processes|n_gpus|num_gpus|ngpus)$", re.I)
 
 
@@ -91,7 +92,7 @@ def single_process_branch(test: cst.BaseExpression) -> Optional[str]:
     bare = test
     while isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
         bare = bare.expression
-    if dotted_name(bare) is not None and STRATEGY_FLAG.match(last_name(dotted_name(bare))):
+    if dotted_name(bare) is not None and DDP_FLAG.match(last_name(dotted_name(bare))):
         return None  # ``if use_ddp:``: the other branch may run FSDP
     answer = _distributed_test(test)
     if answer is None:
@@ -103,3 +104,19 @@ def in_single_process_branch(ctx: Context) -> bool:
     """Code at ``ctx`` runs only when the program is not distributed (``else:`` of ``if
     world_size > 1:``): one process, no peer to wait for or to disagree with."""
     return any(single_process_branch(guard.node.test) == guard.branch for guard in ctx.guards)
+
+
+def holds_when_sharded(guard) -> bool:
+    """The branch of ``guard`` (a ``model.Guard``) runs in every run that shards with FSDP:
+    the distributed side of a "launched distributed?" test, the true side of an FSDP flag
+    (``if config.use_fsdp:``) or the false side of a DDP one (the rest of a helper after
+    ``if config.use_ddp: return DDP(model)``)."""
+    test, branch = guard.node.test, guard.branch
+    flip = {"body": "orelse", "orelse": "body"}
+    negated = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, negated = test.expression, not negated
+    flag = last_name(dotted_name(test)) if dotted_name(test) is not None else ""
+    if DDP_FLAG.match(flag):
+        return branch == ("body" if negated else "orelse")
+    return single_process_branch(guard.node.test) == flip[branch]

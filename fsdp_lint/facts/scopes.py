@@ -26,7 +26,7 @@ from fsdp_lint.facts.conditions import class_flags_contradict
 from fsdp_lint.facts.flow import exclusive, on_every_path, reaching
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, Context, FunctionInfo, ModuleFacts
-from fsdp_lint.facts.processes import in_single_process_branch, single_process_branch
+from fsdp_lint.facts.processes import holds_when_sharded, in_single_process_branch
 
 
 @dataclass
@@ -182,11 +182,10 @@ def _attribute_bindings(facts: ModuleFacts, bindings: List[Binding], ctx: Contex
 
 
 def _in_every_distributed_run(ctx: Context) -> bool:
-    """Code at ``ctx`` runs in every distributed run of its function: in no loop, and every
-    ``if`` around it is a "launched distributed?" test on its distributed side (the rest of
-    the method after ``if not dist.is_initialized(): ...; return``)."""
-    flip = {"body": "orelse", "orelse": "body"}
-    return not ctx.loops and all(single_process_branch(g.node.test) == flip[g.branch] for g in ctx.guards)
+    """Code at ``ctx`` runs in every run of its function that shards: in no loop, and every
+    ``if`` around it holds then (``processes.holds_when_sharded``: the rest of the method
+    after ``if not dist.is_initialized(): ...; return``)."""
+    return not ctx.loops and all(holds_when_sharded(g) for g in ctx.guards)
 
 
 def _rebound_before_return(facts: ModuleFacts, binding: Binding, bindings: List[Binding], viewer) -> bool:

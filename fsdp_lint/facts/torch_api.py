@@ -15,6 +15,17 @@ FSDP_CLASS = frozenset(
         "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
     }
 )
+# what ``isinstance(m, ...)`` asks to find a module FSDP wraps: FSDP1's class, FSDP2's
+# ``FSDPModule`` (the class ``fully_shard`` gives a module)
+FSDP_MODULE_TYPES = FSDP_CLASS | frozenset(
+    {
+        "torch.distributed.fsdp.FSDPModule",
+        "torch.distributed._composable.fsdp.FSDPModule",
+        "torch.distributed._composable.fsdp.fully_shard.FSDPModule",
+        "torch.distributed.fsdp._fully_shard.FSDPModule",
+        "torch.distributed.fsdp._fully_shard._fully_shard.FSDPModule",
+    }
+)
 FULLY_SHARD = frozenset(
     {
         "torch.distributed.fsdp.fully_shard",
