@@ -883,3 +883,40 @@ def test_helper_summaries_read_tests_that_hold_whenever_fsdp_shards():
     assert (found["gather"].model, found["gather"].needs) == ("model", "sharded")
     # under a DDP-only test it never runs on an FSDP module
     assert "gather_ddp" not in found or not found["gather_ddp"].collective
+
+
+def test_an_arm_of_a_conditional_expression_runs_under_its_test():
+    from fsdp_lint.facts.flow import exclusive
+
+    facts = _facts(
+        """
+        def save(model, args):
+            state = gathered() if args.fsdp else model.state_dict()
+            if args.fsdp:
+                wrap(model)
+        """
+    )
+    arm = _call(facts, "model.state_dict()")
+    assert [(facts.module.code_for_node(g.node.test), g.branch) for g in arm.ctx.guards] == [("args.fsdp", "orelse")]
+    assert exclusive(arm.ctx, _call(facts, "wrap(model)").ctx)
+    assert not _call(facts, "gathered()").ctx.guards[0].branch == "orelse"
+
+
+def test_an_attribute_set_to_a_rank_test_in_another_function_is_one():
+    from fsdp_lint.facts.ranks import rank_guard
+
+    facts = _facts(
+        """
+        def save(args, state):
+            if args.save_logs:
+                write(state)
+            if args.verbose:
+                show(state)
+
+        def main(args):
+            args.save_logs = args.logs and dist.get_rank() == 0
+            args.verbose = args.debug
+        """
+    )
+    assert rank_guard(facts, _call(facts, "write(state)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "show(state)").ctx) is None

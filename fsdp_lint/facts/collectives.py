@@ -22,6 +22,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.conditions import tested_not_instance
+from fsdp_lint.facts.flow import exclusive
 from fsdp_lint.facts.fsdp_modules import (
     UNKNOWN, Origin, fsdp_modules, has_nested_units, origins_with_callers, reshards_after_forward, uses_fsdp,
     wrap_config,
@@ -239,7 +240,17 @@ def gathers_full_state_dict(facts: ModuleFacts, model: cst.BaseExpression, site:
     # that module, around the site or elsewhere in its class or function; else a name it binds to an FSDP1 module, unless the
     # value comes from a call the file cannot see into)
     return state_dict_type_set_for(facts, model, site) or (
-        not found.opaque and dotted_name(model) in fsdp_modules(facts).fsdp1)
+        not found.opaque and dotted_name(model) in fsdp_modules(facts).fsdp1 and _may_hold_wrap(facts, dotted_name(model), site))
+
+
+def _may_hold_wrap(facts: ModuleFacts, name: str, site: CallSite) -> bool:
+    """Some FSDP1 wrap bound to ``name`` may reach ``site``: not one of its own function that
+    can never run with it (``if is_fsdp: model = FSDP(model)`` and, under ``if not
+    is_distributed or is_ddp:``, ``model.state_dict()``)."""
+    own = [w for w in fsdp_modules(facts).wraps if w.target == name]
+    if not own:
+        return True  # an annotation or a project helper's wrap: nothing to rule out
+    return any(not (w.site.ctx.function is site.ctx.function and exclusive(w.site.ctx, site.ctx)) for w in own)
 
 
 FORWARD_ADVICE = ("run the forward on every rank (each on its own batch) and keep only what uses its "

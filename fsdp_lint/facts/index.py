@@ -108,6 +108,7 @@ class _Indexer:
             cst.For: self.on_for,
             cst.While: self.on_while,
             cst.If: self.on_if,
+            cst.IfExp: self.on_if_exp,
             cst.With: self.on_with,
             cst.Expr: self.on_expr,
             cst.Call: self.on_call,
@@ -280,6 +281,13 @@ class _Indexer:
             branch = node.orelse.body if isinstance(node.orelse, cst.Else) else None
             stack.extend([self._end_branch(depth), node.orelse, self._guard(node, branch, "orelse", depth)])
         stack.extend([self._end_branch(depth), node.body, self._guard(node, node.body, "body", depth), node.test])
+
+    def on_if_exp(self, node: cst.IfExp, stack) -> None:
+        """``a if test else b``: ``a`` runs only when ``test`` holds, ``b`` only when it does
+        not (``cpu_state if args.fsdp else model.state_dict()``), as the branches of an ``if``."""
+        depth: list = []
+        stack.extend([self._end_branch(depth), node.orelse, self._guard(node, None, "orelse", depth),
+                      self._end_branch(depth), node.body, self._guard(node, None, "body", depth), node.test])
 
     def on_with(self, node: cst.With, stack) -> None:
         self._enter_statement(node, stack)

@@ -149,7 +149,18 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         if source.expr is test:
             return None
         answers.add(one_rank_branch(source.expr, facts, source.ctx, source.order, depth + 1))
+    if not found.found and "." in dotted:
+        return _attribute_rank_test(facts, dotted, depth)
     return answers.pop() if found.found and len(answers) == 1 else None
+
+
+def _attribute_rank_test(facts: ModuleFacts, dotted: str, depth: int) -> Optional[str]:
+    """``if args.save_logs:`` in a function handed ``args``, where the file sets
+    ``args.save_logs = args.logs and is_master(args)`` elsewhere: the branch every
+    assignment of that attribute (the same dotted name, in any function) makes one-rank."""
+    bindings = [b for b in facts.bindings if b.target == dotted and b.kind == "assign" and b.index is None]
+    answers = {one_rank_branch(b.value, facts, b.ctx, b.order, depth + 1) for b in bindings}
+    return answers.pop() if bindings and len(answers) == 1 else None
 
 
 def _returned(facts: ModuleFacts, name: str):
