@@ -57,11 +57,12 @@ from fsdp_lint.facts.helper_summary import Helper, kinds_of
 from fsdp_lint.facts.helpers import summaries
 from fsdp_lint.facts.index import index_module
 from fsdp_lint.facts.passed_modules import PASSED, ExternalWrap, external_wraps, passed_modules
+from fsdp_lint.facts.ties import ties
 from fsdp_lint.launch import SKIPPED_DIRS, project_root
 from fsdp_lint.positions import Positions
 from fsdp_lint.source import line_starts
 
-SUMMARY_VERSION = "project-index-7"
+SUMMARY_VERSION = "project-index-8"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
 MEMO_SECONDS = 5.0
@@ -104,33 +105,59 @@ _AT_FIELDS = ("line", "collective_at", "shard_at", "save_at", "wrap_at")
 
 
 class ModuleSummary:
-    """A file's helpers (top-level functions by name) and the names it imports
-    (``exports``: what a package's ``__init__`` re-exports)."""
+    """A file's helpers (top-level functions by name), the names it imports (``exports``:
+    what a package's ``__init__`` re-exports) and its classes' tied parameters (``ties``:
+    class name -> [first path, second path, line] for each ``self.a.w = self.b.w`` of
+    ``facts.ties``, every instance's tie)."""
 
-    def __init__(self, functions: Dict[str, dict], exports: Dict[str, str]) -> None:
+    def __init__(self, functions: Dict[str, dict], exports: Dict[str, str], ties: Optional[Dict[str, list]] = None) -> None:
         self.functions = functions
         self.exports = exports
+        self.ties = ties or {}
 
     def to_json(self) -> str:
-        return json.dumps({"functions": self.functions, "exports": self.exports}, sort_keys=True)
+        return json.dumps({"functions": self.functions, "exports": self.exports, "ties": self.ties}, sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> "ModuleSummary":
         data = json.loads(text)
-        return ModuleSummary(dict(data["functions"]), dict(data["exports"]))
+        return ModuleSummary(dict(data["functions"]), dict(data["exports"]), dict(data["ties"]))
 
 
 EMPTY = ModuleSummary({}, {})
 
 
+_TIE_TEXT = re.compile(r"self\.\w+[\w.]*\s*=\s*self\.\w+\.")
+
+
+def _class_ties(text: str) -> Dict[str, list]:
+    """``ModuleSummary.ties`` of a text (a file with no ``self.x.y = self.z.y`` is not parsed)."""
+    if not _TIE_TEXT.search(text):
+        return {}
+    try:
+        module = cst.parse_module(text)
+        facts = index_module(module)
+        positions = Positions(module, line_starts(text))
+        found: Dict[str, list] = {}
+        for tie in ties(facts):
+            class_def = tie.class_def
+            if class_def is not None and facts.classes.get(class_def.name.value) is class_def:
+                line = positions(tie.binding.value).start.line
+                found.setdefault(class_def.name.value, []).append([tie.first, tie.second, line])
+        return found
+    except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): no ties, never a finding
+        return {}
+
+
 def summarize_text(text: str) -> ModuleSummary:
     """The summary of one file's text (``facts.helpers.summaries`` with lines for nodes)."""
     exports = {bound: spec for bound, spec in _import_bindings(text) if "." not in bound}
+    tied = _class_ties(text)
     if "def " not in text or not _may_have_summary(text):
-        return ModuleSummary({}, exports)
+        return ModuleSummary({}, exports, tied)
     kept = _summarized_text(text)
     if kept is None:
-        return ModuleSummary({}, exports)
+        return ModuleSummary({}, exports, tied)
     try:
         module = cst.parse_module(kept)
         facts = index_module(module)
@@ -150,9 +177,9 @@ def summarize_text(text: str) -> ModuleSummary:
                 data[key] = positions(node).start.line if node is not None else None
             data["file"] = ""
             functions[name] = data
-        return ModuleSummary(functions, exports)
+        return ModuleSummary(functions, exports, tied)
     except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): no summary, never a finding
-        return ModuleSummary({}, exports)
+        return ModuleSummary({}, exports, tied)
 
 
 def _summarized_text(text: str) -> Optional[str]:
@@ -647,6 +674,24 @@ class ProjectIndex:
             return self.helper(path, root, target, depth + 1)
         return None
 
+    def class_ties(self, importer: str, root: str, spec: str, depth: int = 0) -> Optional[Tuple[str, list]]:
+        """(file, ties) of the project class ``spec`` names in ``importer`` (``ModuleSummary.ties``)."""
+        level = len(spec) - len(spec.lstrip("."))
+        inner, _, name = spec[level:].rpartition(".")
+        module = "." * level + inner
+        if not name or not module:
+            return None
+        path = self.module_file(importer, root, module)
+        if path is None:
+            return None
+        found = self.summary(path)
+        if name in found.ties:
+            return path, found.ties[name]
+        target = found.exports.get(name)
+        if target is not None and depth < MAX_REEXPORT_DEPTH and os.path.basename(path) == "__init__.py":
+            return self.class_ties(path, root, target, depth + 1)
+        return None
+
     def module_helpers(self, importer: str, root: str, module: str) -> Dict[str, Helper]:
         path = self.module_file(importer, root, module)
         if path is None:
@@ -676,6 +721,15 @@ class ProjectView:
             found = self.index.helper(self.path, self.root, spec)
             self._helpers[spec] = found[1] if found is not None else None
         return self._helpers[spec]
+
+    def class_ties(self, spec: str) -> List[Tuple[str, str, str]]:
+        """(first path, second path, place) of each tie every instance of the project class
+        ``spec`` makes (``self.output.weight = self.embedding.weight`` in its ``__init__``)."""
+        found = self.index.class_ties(self.path, self.root, spec)
+        if found is None:
+            return []
+        place = os.path.relpath(found[0], self.root)
+        return [(first, second, f"{place}:{line}") for first, second, line in found[1]]
 
     def imported_helpers(self, text: str) -> Dict[str, Helper]:
         """Local dotted name (as a call writes it) -> the summary of the project helper it

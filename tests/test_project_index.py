@@ -345,3 +345,25 @@ def test_modules_importing_each_other_pass_records_without_a_loop(tmp_path):
     )
     root = _project(tmp_path, {"pyproject.toml": "", "a.py": a, "b.py": b})
     assert _cli("--no-cache", ".", cwd=root) == [(11, "FSD104")]
+
+
+def test_a_class_tie_of_another_file_is_in_its_summary():
+    from fsdp_lint.project import ModuleSummary, summarize_text
+
+    text = (
+        "import torch.nn as nn\n\n\n"
+        "class LM(nn.Module):\n"
+        "    def __init__(self, vocab, dim):\n"
+        "        super().__init__()\n"
+        "        self.embed = nn.Embedding(vocab, dim)\n"
+        "        self.head = nn.Linear(dim, vocab, bias=False)\n"
+        "        self.head.weight = self.embed.weight\n\n\n"
+        "class Untied(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.head = nn.Linear(4, 4)\n"
+    )
+    found = summarize_text(text)
+    assert found.ties == {"LM": [["head.weight", "embed.weight", 9]]}
+    assert ModuleSummary.from_json(found.to_json()).ties == found.ties
+    assert summarize_text("def f():\n    return 1\n").ties == {}

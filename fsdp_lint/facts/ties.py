@@ -11,6 +11,9 @@
   one group of both; ``for m in (a, b): fully_shard(m)`` one group per element.
 - ``instance_class(facts, name_node, ctx, order)``: the class of this file an object comes
   from (every source a call of that class), for ties declared in a class.
+- ``tests_identity(test)``: an ``if`` that asks whether two parameters are one object.
+- ``project_class_ties(facts, name_node, ctx, order)``: the ties of a class of another project
+  file the object is built from (``model = Llama(cfg)``), from the project index.
 - ``ties_word_embeddings(facts, name_node, ctx, order)``: the object is a transformers model
   loaded with ``tie_word_embeddings=True`` said in the file (``from_pretrained(...,
   tie_word_embeddings=True)``, ``from_config(config)`` with ``config`` from such a call or
@@ -187,3 +190,43 @@ def instance_class(facts: ModuleFacts, head: cst.BaseExpression, ctx: Context, o
     if not found.complete or len(classes) != 1:
         return None
     return facts.classes[found.found[0].expr.func.value]
+
+
+def project_class_ties(facts: ModuleFacts, head: cst.BaseExpression, ctx: Context, order: int) -> List[Tuple[str, str, str]]:
+    """The ties of the class of another project file every value of ``head`` comes from
+    (``model = Llama(config)`` with ``from model.llama import Llama``, whose ``__init__``
+    sets ``self.output.weight = self.embedding.weight``): (first path, second path, place),
+    read off the project index (``ProjectView.class_ties``); [] when not known."""
+    project = facts.project
+    if project is None:
+        return []
+    found = sources(facts, head, ctx, order)
+    specs = set()
+    for source in found.found:
+        call = source.expr
+        if not isinstance(call, cst.Call):
+            return []
+        spec = facts.imports.project_spec(dotted_name(call.func))
+        if spec is None:
+            return []
+        specs.add(spec)
+    if not found.complete or len(specs) != 1:
+        return []
+    return project.class_ties(specs.pop())
+
+
+def tests_identity(test: cst.BaseExpression) -> bool:
+    """``test`` asks whether two parameters are one object (``model.output.weight is
+    embed.weight``, also inside ``and``/``or``/``not``): the code checks a tie itself."""
+    stack = [test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Comparison):
+            if any(isinstance(c.operator, (cst.Is, cst.IsNot)) and isinstance(c.comparator, cst.Attribute)
+                   for c in node.comparisons) and isinstance(node.left, cst.Attribute):
+                return True
+        elif isinstance(node, cst.BooleanOperation):
+            stack.extend((node.left, node.right))
+        elif isinstance(node, cst.UnaryOperation):
+            stack.append(node.expression)
+    return False

@@ -8,6 +8,8 @@ from fsdp_lint.facts.flow import exclusive
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.scopes import latest_binding
 from fsdp_lint.facts.ties import (
+    project_class_ties,
+    tests_identity,
     INPUT_EMBEDDINGS,
     OUTPUT_EMBEDDINGS,
     group_of,
@@ -83,10 +85,15 @@ fully_shard(model)
 Or leave both modules to the root's group (`fully_shard(model)` only).
 
 ## Known problems
-- A tie is what the file shows: an assignment in the function, or in `__init__`/a tying
-  method of a class of this file the model is built from. A tie decided by the model's
-  config (transformers' `tie_word_embeddings` default) or made in another file is not seen,
-  and nothing is flagged; say `tie_word_embeddings=True` in the file for it to be checked.
+- A tie is what the project shows: an assignment in the function, in `__init__`/a tying
+  method of a class of this file the model is built from, or in the `__init__` of a class
+  of another project file the model is built from (`model = Llama(cfg)` with `from
+  model.llama import Llama`). A tie decided by the model's config (transformers'
+  `tie_word_embeddings` default) or made by a library is not seen, and nothing is flagged;
+  say `tie_word_embeddings=True` in the file for it to be checked.
+- Shardings under an `if` that asks whether the two parameters are one object (`if
+  model.output.weight is model.embedding.weight:`) follow the tie by construction and are
+  not flagged.
 - The groups are the `fully_shard` calls of one function; sharding inside a helper is not
   followed. A tie under an `if` with a sharding under an `if` too is assumed to follow one
   option and is not flagged.
@@ -112,32 +119,45 @@ memory and communication; the choice is the program's.
             self._word_embeddings(facts, report, groups, reported)
             for tie in found:
                 for head in _heads(facts, tie, groups, function):
-                    first, second = f"{head}.{tie.first}", f"{head}.{tie.second}"
-                    if any(first in g.names or second in g.names for g in groups):
-                        continue  # the shared module is sharded on its own: both parents skip it
-                    one, other = group_of(groups, first), group_of(groups, second)
-                    if one is None or other is None or one is other:
-                        continue
-                    a, b = sorted((one.wrap.site, other.wrap.site), key=lambda s: s.order)
-                    if exclusive(a.ctx, b.ctx) or id(b.node) in reported:
-                        continue
-                    if tie.binding.ctx.guards and (a.ctx.guards or b.ctx.guards):
-                        continue  # a tie under an ``if`` and a sharding under one: maybe the same option
-                    reported.add(id(b.node))
-                    where = (f"lines {report.row(a.node)} and {report.row(b.node)}" if a is not b
-                             else f"line {report.row(a.node)}, one group per loop iteration")
-                    if first.rsplit(".", 1)[-1] in PARAMETER_NAMES:
-                        what = ("ValueError 'shared with a parameter already managed by another FSDP group' at the "
-                                "first forward (torch <= 2.11: the tie breaks silently)")
-                    else:
-                        what = "an error in the second `fully_shard` or at the first forward (a shared submodule)"
-                    report(
-                        b.node,
-                        f"`{first}` is tied to `{second}` (line {report.row(tie.binding.value)}) and the two are "
-                        f"sharded in separate `fully_shard` groups ({where}): {what}; put both modules in one group "
-                        "(`fully_shard([module_a, module_b])`) or leave them to the root's",
-                        statement=b.ctx.statement,
-                    )
+                    self._pair(report, groups, reported, f"{head}.{tie.first}", f"{head}.{tie.second}",
+                               f"line {report.row(tie.binding.value)}", bool(tie.binding.ctx.guards))
+            for head in sorted({n.split(".", 1)[0] for g in groups for n in g.names}):
+                site = groups[0].wrap.site
+                for first, second, place in project_class_ties(facts, cst.Name(head), site.ctx, site.order):
+                    self._pair(report, groups, reported, f"{head}.{first}", f"{head}.{second}", place, False)
+
+    @staticmethod
+    def _pair(report, groups, reported, first, second, tied_at, tie_guarded):
+        """Report the second of two groups that each take one side of the tie ``first`` =
+        ``second`` (made at ``tied_at``)."""
+        if any(first in g.names or second in g.names for g in groups):
+            return  # the shared module is sharded on its own: both parents skip it
+        one, other = group_of(groups, first), group_of(groups, second)
+        if one is None or other is None or one is other:
+            return
+        a, b = sorted((one.wrap.site, other.wrap.site), key=lambda s: s.order)
+        if exclusive(a.ctx, b.ctx) or id(b.node) in reported:
+            return
+        if tie_guarded and (a.ctx.guards or b.ctx.guards):
+            return  # a tie under an ``if`` and a sharding under one: maybe the same option
+        if any(tests_identity(g.node.test) for g in (*a.ctx.guards, *b.ctx.guards)):
+            return  # ``if model.output.weight is embed.weight: fully_shard([embed, model.output])``:
+            # the program shards by whether the tie is there
+        reported.add(id(b.node))
+        where = (f"lines {report.row(a.node)} and {report.row(b.node)}" if a is not b
+                 else f"line {report.row(a.node)}, one group per loop iteration")
+        if first.rsplit(".", 1)[-1] in PARAMETER_NAMES:
+            what = ("ValueError 'shared with a parameter already managed by another FSDP group' at the "
+                    "first forward (torch <= 2.11: the tie breaks silently)")
+        else:
+            what = "an error in the second `fully_shard` or at the first forward (a shared submodule)"
+        report(
+            b.node,
+            f"`{first}` is tied to `{second}` ({tied_at}) and the two are "
+            f"sharded in separate `fully_shard` groups ({where}): {what}; put both modules in one group "
+            "(`fully_shard([module_a, module_b])`) or leave them to the root's",
+            statement=b.ctx.statement,
+        )
 
     @staticmethod
     def _word_embeddings(facts, report, groups, reported):
