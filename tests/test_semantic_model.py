@@ -920,3 +920,33 @@ def test_an_attribute_set_to_a_rank_test_in_another_function_is_one():
     )
     assert rank_guard(facts, _call(facts, "write(state)").ctx) is not None
     assert rank_guard(facts, _call(facts, "show(state)").ctx) is None
+
+
+def test_a_value_made_on_one_rank_makes_its_test_a_rank_test():
+    from fsdp_lint.facts.ranks import rank_guard
+
+    facts = _facts(
+        """
+        def make():
+            return Evaluator()
+
+        def loop(rank, args, batch):
+            evaluator = make() if rank == 0 else None
+            writer = None
+            if rank == 0:
+                writer = Writer()
+            task = make() if args.task else None
+            if evaluator is not None:
+                first(batch)
+            if writer:
+                second(batch)
+            if task is not None:
+                third(batch)
+            if batch is None:
+                fourth(batch)
+        """
+    )
+    assert rank_guard(facts, _call(facts, "first(batch)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "second(batch)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "third(batch)").ctx) is None
+    assert rank_guard(facts, _call(facts, "fourth(batch)").ctx) is None

@@ -126,7 +126,13 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         inner = one_rank_branch(test.expression, facts, ctx, order, depth + 1)
         return _FLIP.get(inner) if inner else None
     if isinstance(test, cst.Comparison):
-        return _compare(test)
+        answer = _compare(test)
+        if answer is None and facts is not None and ctx is not None and len(test.comparisons) == 1:
+            target = test.comparisons[0]
+            if isinstance(target.operator, (cst.Is, cst.IsNot)) and _is_none(target.comparator) \
+                    and _set_on_one_rank(facts, test.left, ctx, order):
+                return "body" if isinstance(target.operator, cst.IsNot) else "orelse"
+        return answer
     if _is_rank_value(test):
         return "orelse"  # ``if rank:`` runs on the other ranks; ``else`` on rank 0
     if isinstance(test, cst.Call):
@@ -151,7 +157,43 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         answers.add(one_rank_branch(source.expr, facts, source.ctx, source.order, depth + 1))
     if not found.found and "." in dotted:
         return _attribute_rank_test(facts, dotted, depth)
+    if answers == {None} and _set_on_one_rank(facts, test, ctx, order):
+        return "body"  # ``if eval_model:`` where only rank 0 builds one
     return answers.pop() if found.found and len(answers) == 1 else None
+
+
+_FALSY = ("None", "False")
+
+
+def _is_none(expr) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+def _set_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
+    """Every value ``expr`` may hold is ``None`` (or ``False``) except values made only on
+    one rank: ``eval_model = build() if rank == 0 else None``, ``writer = None`` then ``if
+    is_main: writer = SummaryWriter()``, a method that returns None off rank 0.  A test of
+    it (``if eval_model is not None:``) then restricts its branch to that rank."""
+    busy = facts.cached("ranks_values_in_progress", lambda f: set())
+    key = id(expr)
+    if key in busy:
+        return False
+    busy.add(key)
+    try:
+        found = sources(facts, expr, ctx, order)
+        if not found.complete or not found.found:
+            return False
+        made = False
+        for source in found.found:
+            if isinstance(source.expr, cst.Name) and source.expr.value in _FALSY:
+                continue
+            calls = [facts.call_site(call) for call in source.via]
+            if rank_guard(facts, source.ctx) is None and not any(c is not None and rank_guard(facts, c.ctx) for c in calls):
+                return False  # (made by a call of this file that itself runs on one rank: ``build() if rank == 0``)
+            made = True
+        return made
+    finally:
+        busy.discard(key)
 
 
 def _attribute_rank_test(facts: ModuleFacts, dotted: str, depth: int) -> Optional[str]:
