@@ -655,8 +655,9 @@ class ProjectIndex:
         self._passed[importer] = (key, records)
         return records
 
-    def helper(self, importer: str, root: str, spec: str, depth: int = 0) -> Optional[Tuple[str, Helper]]:
-        """(file, summary) of the project function ``spec`` names in ``importer``."""
+    def _defined(self, importer: str, root: str, spec: str, part: str, depth: int = 0) -> Optional[Tuple[str, object]]:
+        """(file, entry) of what ``spec`` names in ``importer`` in the ``part`` of its file's
+        summary ("functions" or "ties"), following a package ``__init__``'s re-exports."""
         level = len(spec) - len(spec.lstrip("."))
         inner, _, name = spec[level:].rpartition(".")
         module = "." * level + inner
@@ -666,31 +667,22 @@ class ProjectIndex:
         if path is None:
             return None
         found = self.summary(path)
-        data = found.functions.get(name)
-        if data is not None:
-            return path, Helper.from_json(data, os.path.relpath(path, root))
+        entry = getattr(found, part).get(name)
+        if entry is not None:
+            return path, entry
         target = found.exports.get(name)
         if target is not None and depth < MAX_REEXPORT_DEPTH and os.path.basename(path) == "__init__.py":
-            return self.helper(path, root, target, depth + 1)
+            return self._defined(path, root, target, part, depth + 1)
         return None
 
-    def class_ties(self, importer: str, root: str, spec: str, depth: int = 0) -> Optional[Tuple[str, list]]:
+    def helper(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, Helper]]:
+        """(file, summary) of the project function ``spec`` names in ``importer``."""
+        found = self._defined(importer, root, spec, "functions")
+        return (found[0], Helper.from_json(found[1], os.path.relpath(found[0], root))) if found is not None else None
+
+    def class_ties(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, list]]:
         """(file, ties) of the project class ``spec`` names in ``importer`` (``ModuleSummary.ties``)."""
-        level = len(spec) - len(spec.lstrip("."))
-        inner, _, name = spec[level:].rpartition(".")
-        module = "." * level + inner
-        if not name or not module:
-            return None
-        path = self.module_file(importer, root, module)
-        if path is None:
-            return None
-        found = self.summary(path)
-        if name in found.ties:
-            return path, found.ties[name]
-        target = found.exports.get(name)
-        if target is not None and depth < MAX_REEXPORT_DEPTH and os.path.basename(path) == "__init__.py":
-            return self.class_ties(path, root, target, depth + 1)
-        return None
+        return self._defined(importer, root, spec, "ties")
 
     def module_helpers(self, importer: str, root: str, module: str) -> Dict[str, Helper]:
         path = self.module_file(importer, root, module)
