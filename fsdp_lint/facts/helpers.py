@@ -89,12 +89,18 @@ def _calls_by_function(facts: ModuleFacts) -> Dict[int, List[CallSite]]:
     return found
 
 
+def _holds_when_it_returns(guard) -> bool:
+    """The guarded code runs on every call that shards with FSDP and returns: a test that
+    holds whenever FSDP shards, or the rest of a block after ``if ...: raise``."""
+    return guard.after_exit == "raise" or holds_when_sharded(guard)
+
+
 def _always_reached(site: CallSite, loops_ok: bool = False) -> bool:
     """The call runs whenever its statement does, and its statement on every call of its
     function that runs with FSDP: no guard (but one that holds whenever FSDP shards), loop (``loops_ok``: loops allowed, the caller vouches for them), or
     short-circuiting expression between them."""
     ctx = site.ctx
-    if not all(g.after_exit == "raise" or holds_when_sharded(g) for g in ctx.guards) or (ctx.loops and not loops_ok):
+    if not all(_holds_when_it_returns(g) for g in ctx.guards) or (ctx.loops and not loops_ok):
         # (a test that holds whenever FSDP shards: ``if config.use_fsdp:``; the rest of a
         # block after ``if fully_shard is None: raise ...``: every call that returns)
         return False
@@ -322,7 +328,7 @@ class _Summarizer:
         tested = [_fsdp_type_test(self.facts, g, info) for g in site.ctx.guards]
         if not any(tested) or site.ctx.loops:
             return
-        if not all(t is not None or g.after_exit == "raise" or holds_when_sharded(g) for t, g in zip(tested, site.ctx.guards)):
+        if not all(t is not None or _holds_when_it_returns(g) for t, g in zip(tested, site.ctx.guards)):
             return
         if len({t for t in tested if t}) != 1:
             return

@@ -84,15 +84,24 @@ def _distributed_test(test: cst.BaseExpression) -> Optional[bool]:
     return None
 
 
+def _ddp_flag_side(test: cst.BaseExpression) -> Optional[str]:
+    """When ``test`` is DDP's flag, possibly negated (``use_ddp``, ``not args.use_ddp``): the
+    branch that runs when the flag is off; None for any other test."""
+    negated = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, negated = test.expression, not negated
+    dotted = dotted_name(test)
+    if dotted is None or not DDP_FLAG.match(last_name(dotted)):
+        return None
+    return "body" if negated else "orelse"
+
+
 def single_process_branch(test: cst.BaseExpression) -> Optional[str]:
     """'body' or 'orelse': the branch of ``if test`` that runs only when the program is not
     distributed (one process); None when ``test`` does not ask."""
     if isinstance(test, cst.Call) and last_name(dotted_name(test.func)) == "is_available":
         return None  # alone, ``dist.is_available()`` says nothing about this run
-    bare = test
-    while isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
-        bare = bare.expression
-    if dotted_name(bare) is not None and DDP_FLAG.match(last_name(dotted_name(bare))):
+    if _ddp_flag_side(test) is not None:
         return None  # ``if use_ddp:``: the other branch may run FSDP
     answer = _distributed_test(test)
     if answer is None:
@@ -111,12 +120,8 @@ def holds_when_sharded(guard) -> bool:
     the distributed side of a "launched distributed?" test, the true side of an FSDP flag
     (``if config.use_fsdp:``) or the false side of a DDP one (the rest of a helper after
     ``if config.use_ddp: return DDP(model)``)."""
-    test, branch = guard.node.test, guard.branch
+    off = _ddp_flag_side(guard.node.test)
+    if off is not None:
+        return guard.branch == off
     flip = {"body": "orelse", "orelse": "body"}
-    negated = False
-    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        test, negated = test.expression, not negated
-    flag = last_name(dotted_name(test)) if dotted_name(test) is not None else ""
-    if DDP_FLAG.match(flag):
-        return branch == ("body" if negated else "orelse")
-    return single_process_branch(guard.node.test) == flip[branch]
+    return single_process_branch(guard.node.test) == flip[guard.branch]

@@ -181,7 +181,7 @@ def _attribute_bindings(facts: ModuleFacts, bindings: List[Binding], ctx: Contex
     return found
 
 
-def _in_every_distributed_run(ctx: Context) -> bool:
+def _in_every_sharded_run(ctx: Context) -> bool:
     """Code at ``ctx`` runs in every run of its function that shards: in no loop, and every
     ``if`` around it holds then (``processes.holds_when_sharded``: the rest of the method
     after ``if not dist.is_initialized(): ...; return``)."""
@@ -215,7 +215,7 @@ def _rebound_before_return(facts: ModuleFacts, binding: Binding, bindings: List[
                 continue
             early = [r for r in facts.returns if r.ctx.function is info.node and not in_single_process_branch(r.ctx)]
             for other in bindings:
-                if other.ctx.function is info.node and _in_every_distributed_run(other.ctx) \
+                if other.ctx.function is info.node and _in_every_sharded_run(other.ctx) \
                         and not any(r.order < other.order for r in early):
                     return True
     return False
