@@ -29,9 +29,9 @@ file's own facts (``facts.helpers.summaries``, the facts every rule reads).
 - The other direction: what the project's files pass to a file's functions.  The files
   that name FSDP are scanned once per root for what they import (``importers``); an
   importer's calls of the file's top-level functions are read with its own facts
-  (``facts.passed_modules``: which arguments hold FSDP modules it wraps, by content of the
-  importer), and ``fsdp_modules.origins_with_callers`` gives a parameter those modules
-  (``Origins.external``).  The gate's "fsdp1_passed" fact holds where such an importer
+  (``facts.passed_arguments``: which arguments hold FSDP modules it wraps, which are rank
+  tests or made on one rank, by content of the importer), and ``fsdp_modules.origins_with_callers``
+  gives a parameter those modules (``Origins.external``), ``facts.callers`` the rest.  The gate's "fsdp1_passed" fact holds where such an importer
   exists; ``tag`` then also depends on the importers' contents.
 """
 
@@ -56,7 +56,7 @@ from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP
 from fsdp_lint.facts.helper_summary import Helper, kinds_of
 from fsdp_lint.facts.helpers import summaries
 from fsdp_lint.facts.index import index_module
-from fsdp_lint.facts.passed_modules import PASSED, ExternalWrap, external_wraps, passed_modules
+from fsdp_lint.facts.passed_arguments import PASSED, ExternalWrap, argument_records, external_wraps, passed_arguments
 from fsdp_lint.facts.ties import ties
 from fsdp_lint.launch import SKIPPED_DIRS, project_root
 from fsdp_lint.positions import Positions
@@ -351,7 +351,7 @@ class ProjectIndex:
         self._roots: Dict[str, Optional[str]] = {}
         # root -> (when read, file -> the files naming FSDP that import it)
         self._importers: Dict[str, Tuple[float, Dict[str, List[str]]]] = {}
-        self._passed: Dict[str, Tuple[Tuple[int, int], List[dict]]] = {}  # file -> (stat, its passed_modules)
+        self._passed: Dict[str, Tuple[Tuple[int, int], List[dict]]] = {}  # file -> (stat, its passed_arguments)
         self._digests: Dict[str, Tuple[Tuple[int, int], str]] = {}  # file -> (stat, sha256 of its bytes)
         self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
         self._exists: Dict[str, bool] = {}
@@ -625,7 +625,7 @@ class ProjectIndex:
         return found
 
     def passed(self, importer: str, root: str) -> List[dict]:
-        """``facts.passed_modules`` of ``importer``, each record with the ``target`` file and
+        """``facts.passed_arguments`` of ``importer``, each record with the ``target`` file and
         the ``name`` of the function it calls, and its ``place``; by the file's stat."""
         try:
             stat = os.stat(importer)
@@ -643,11 +643,15 @@ class ProjectIndex:
             facts = index_module(module)
             facts.project = ProjectView(self, importer, root, callers=False)
             positions = Positions(module, line_starts(text))
-            for record in passed_modules(facts, lambda node: positions(node).start.line):
-                module_name, _, name = record["spec"].rpartition(".")
-                target = self.module_file(importer, root, module_name) if module_name else None
-                if target is None or not name:
-                    continue
+
+            def target_of(spec: str) -> Optional[str]:
+                module_name, _, name = spec.rpartition(".")
+                return self.module_file(importer, root, module_name) if module_name and name else None
+
+            for record in passed_arguments(facts, lambda node: positions(node).start.line,
+                                           lambda spec: target_of(spec) is not None):
+                name = record["spec"].rpartition(".")[2]
+                target = target_of(record["spec"])
                 place = f"{os.path.relpath(importer, root)}:{record['line']}"
                 records.append({**record, "target": os.path.normpath(target), "name": name, "place": place})
         except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): it passes nothing known
@@ -743,10 +747,18 @@ class ProjectView:
 
     def passed(self, function: str, params: Tuple[str, ...], param: str) -> List[ExternalWrap]:
         """The FSDP modules calls in other project files pass for ``param`` of this file's
-        top-level function ``function`` (``facts.passed_modules``)."""
+        top-level function ``function`` (``facts.passed_arguments``)."""
         if not self.callers:
             return []
         return external_wraps([r for r in self._passed_records() if r["name"] == function], params, param)
+
+    def arguments(self, function: str, params: Tuple[str, ...], param: str) -> List[Optional[dict]]:
+        """Per call in another project file of this file's top-level function (or class)
+        ``function``: what that file knows of the argument it passes for ``param``
+        (``passed_arguments.argument_records``; ``facts.callers``)."""
+        if not self.callers:
+            return []
+        return argument_records([r for r in self._passed_records() if r["name"] == function], params, param)
 
     def _passed_records(self) -> List[dict]:
         """The records of calls of this file's functions that pass FSDP modules."""
@@ -771,7 +783,7 @@ class ProjectView:
     def tag(self, text: str) -> str:
         """What a cached result of this file depends on in other files: the summaries of
         the helpers it imports, and the contents of the files that import it and may pass
-        it FSDP modules."""
+        it FSDP modules or values made on one rank."""
         helpers = self.imported_helpers(text)
         importers = self.index.importers(os.path.normpath(self.path), self.root) if self.callers else []
         if not helpers and self.launcher is None and not importers:

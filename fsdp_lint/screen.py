@@ -54,7 +54,7 @@ from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
 from fsdp_lint.facts.dtensors import GATHERS
-from fsdp_lint.facts.passed_modules import PASSED
+from fsdp_lint.facts.passed_arguments import PASSED
 
 _WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD | torch_api.WRAP_FUNCTION
 _GATHERS = LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS
@@ -584,10 +584,10 @@ class Summary:
             found = self._cache["fsdp1_names"] = found | self.fsdp1_annotated()
         return found
 
-    def flow(self, key: str, leaf: Callable[[ast.AST], bool]) -> "_Flow":
+    def flow(self, key: str, leaf: Callable[[ast.AST], bool], callers: bool = False) -> "_Flow":
         found = self._cache.get(key)
         if found is None:
-            found = self._cache[key] = _Flow(self, leaf)
+            found = self._cache[key] = _Flow(self, leaf, callers)
         return found
 
 
@@ -598,9 +598,14 @@ class _Flow:
     (every binding of a name, every function of a called name, every argument of every call
     of a function for its parameters, every node inside an expression)."""
 
-    def __init__(self, summary: Summary, leaf: Callable[[ast.AST], bool]) -> None:
+    def __init__(self, summary: Summary, leaf: Callable[[ast.AST], bool], callers: bool = False) -> None:
         self.summary = summary
         self.leaf = leaf
+        # ``facts.callers`` follows this fact into what a function's callers pass for a
+        # parameter read on its own: every call of it by name in the file, and (where
+        # another project file imports this one, or for an ``__init__``, whose calls are
+        # its class's) any value
+        self.callers = callers
         self.info: Dict[int, Tuple[bool, Set[str], Set[str]]] = {}
         self.known: Dict[Tuple[int, int, bool], bool] = {}  # (id(expr), frame, entered) -> may reach a leaf
 
@@ -612,6 +617,8 @@ class _Flow:
         hit = self.info.get(id(expr))
         if hit is not None:
             return hit
+        if expr is _ANY_VALUE:
+            return True, set(), set()
         leaf = self.leaf
         found = False
         chains: Set[str] = set()
@@ -665,8 +672,13 @@ class _Flow:
                 return local
             frame = summary.frames[key]
             if head in frame.params:
-                if not entered or head != chain:
+                if head != chain:
                     return []
+                if not entered:
+                    if not self.callers:
+                        return []
+                    if frame.name == "__init__" or PASSED in summary.project:
+                        return [(_ANY_VALUE, 0, False)]
                 found = [(value, k, True) for name, value, k in summary.defaults.get(key, ()) if name == chain]
                 for call in summary.calls_by_name.get(frame.name, ()):
                     k = summary.call_frames[id(call)]
@@ -722,6 +734,10 @@ class _Flow:
         for node in nodes:
             known[node] = node in reached
         return any(known[(id(e), key, entered)] for e in exprs)
+
+
+# what a parameter may hold when callers the file cannot see pass it (``_Flow.callers``)
+_ANY_VALUE = ast.Constant(value=None)
 
 
 def _rank_word(node: ast.AST) -> bool:
@@ -924,7 +940,7 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
             or (not names.isdisjoint(_DIST) and bool(s.wraps()) and not _on_subgroup(call, names))
         )
 
-    ranks = s.flow("rank", _rank_word)
+    ranks = s.flow("rank", _rank_word, callers=True)
     for key, frame in s.frames.items():
         for call in frame.calls:
             guards = s.guards.get(id(call))

@@ -304,18 +304,19 @@ CALLER = FSDP_HEADER + (
 
 
 def test_what_other_files_pass_to_a_files_functions():
-    """``facts.passed_modules``: per call of an imported project function, the arguments
+    """``facts.passed_arguments``: per call of an imported project function, the arguments
     that hold FSDP modules the caller's file wraps, by position or keyword; a plain module
     says nothing."""
     from fsdp_lint.facts.index import index_module
-    from fsdp_lint.facts.passed_modules import external_wraps, passed_modules
+    from fsdp_lint.facts.passed_arguments import external_wraps, passed_arguments
     from fsdp_lint.lazy_libcst import cst
 
     facts = index_module(cst.parse_module(CALLER.format(strategy="HYBRID_SHARD")))
-    records = passed_modules(facts, lambda node: 0)
+    records = passed_arguments(facts, lambda node: 0, lambda spec: spec.startswith("loop."))
     assert [(r["spec"], r["args"]) for r in records] == [
-        ("loop.train", {"0": {"fsdp": 1, "sharding": ["HYBRID_SHARD"]}}),
-        ("loop.train", {"model": {"fsdp": 1, "sharding": ["HYBRID_SHARD"]}}),
+        ("loop.train", {"0": {"fsdp": 1, "sharding": ["HYBRID_SHARD"]}, "1": {}}),
+        ("loop.train", {"loader": {}, "model": {"fsdp": 1, "sharding": ["HYBRID_SHARD"]}}),
+        ("loop.train", {"0": {}, "1": {}}),
     ]
     for record in records:
         record["place"] = "train.py:1"
@@ -367,3 +368,30 @@ def test_a_class_tie_of_another_file_is_in_its_summary():
     assert found.ties == {"LM": [["head.weight", "embed.weight", 9]]}
     assert ModuleSummary.from_json(found.to_json()).ties == found.ties
     assert summarize_text("def f():\n    return 1\n").ties == {}
+
+
+def test_what_other_files_pass_says_which_arguments_exist_on_one_rank():
+    """``facts.passed_arguments`` answers, with the caller's own facts, which arguments are
+    rank tests and which hold a value made on one rank only; ``argument_records`` gives
+    the callee each call's entry (None: not passed; open: hidden behind ``**``)."""
+    from fsdp_lint.facts.index import index_module
+    from fsdp_lint.facts.passed_arguments import argument_records, passed_arguments
+    from fsdp_lint.lazy_libcst import cst
+
+    code = (
+        "import torch.distributed as dist\nfrom trainer import Trainer\n\n\n"
+        "def main(model, cfg):\n    rank = dist.get_rank()\n    eval_fn = None\n    if rank == 0:\n"
+        "        eval_fn = make_eval()\n"
+        "    Trainer(model, eval_fn=eval_fn, is_main=rank == 0, verbose=cfg.verbose)\n"
+        "    Trainer(model)\n    Trainer(model, **cfg.extra)\n"
+    )
+    records = passed_arguments(index_module(cst.parse_module(code)), lambda node: 0,
+                               lambda spec: spec.startswith("trainer."))
+    assert [r["args"] for r in records] == [
+        {"0": {}, "eval_fn": {"rank": "body", "one_rank": True}, "is_main": {"rank": "body"}, "verbose": {}},
+        {"0": {}},
+        {"0": {}},
+    ]
+    params = ("model", "eval_fn", "is_main", "verbose")
+    assert argument_records(records, params, "eval_fn") == [{"rank": "body", "one_rank": True}, None, {"open": True}]
+    assert argument_records(records, params, "model") == [{}, {}, {}]

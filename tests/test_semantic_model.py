@@ -950,3 +950,66 @@ def test_a_value_made_on_one_rank_makes_its_test_a_rank_test():
     assert rank_guard(facts, _call(facts, "second(batch)").ctx) is not None
     assert rank_guard(facts, _call(facts, "third(batch)").ctx) is None
     assert rank_guard(facts, _call(facts, "fourth(batch)").ctx) is None
+
+
+def test_a_parameter_holds_what_the_callers_in_the_file_pass():
+    """``facts.callers``: a parameter read on its own is followed into every call of its
+    function (and, for ``self.<attr>`` bound in ``__init__``, every construction of the
+    class): a value made on one rank, or a rank test, passed by every caller makes the
+    callee's test a rank test; one caller passing a value every rank has keeps it not."""
+    from fsdp_lint.facts.callers import passed_for
+    from fsdp_lint.facts.ranks import rank_guard
+
+    facts = _facts(
+        """
+        def loop(model, evaluator, is_main, shared):
+            if evaluator is not None:
+                first(model)
+            if is_main:
+                second(model)
+            if shared is not None:
+                third(model)
+
+        class Runner:
+            def __init__(self, model, hook=None):
+                self.model = model
+                self.hook = hook
+
+            def run(self):
+                if self.hook:
+                    fourth(self.model)
+
+        def main(rank, args):
+            evaluator = Evaluator() if rank == 0 else None
+            loop(model, evaluator, rank == 0, evaluator)
+            loop(model, None, is_main=rank == 0, shared=Evaluator())
+            Runner(model, hook=evaluator).run()
+            Runner(model).run()
+        """
+    )
+    assert rank_guard(facts, _call(facts, "first(model)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "second(model)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "third(model)").ctx) is None  # the second call's value is every rank's
+    assert rank_guard(facts, _call(facts, "fourth(self.model)").ctx) is not None
+    where = _call(facts, "first(model)").ctx
+    passed = passed_for(facts, "evaluator", where)
+    assert [facts.module.code_for_node(p.expr) for p in passed] == ["evaluator", "None"]
+    assert passed_for(facts, "hook", _call(facts, "fourth(self.model)").ctx) is None  # ``run`` is no __init__
+
+
+def test_callers_hidden_behind_star_arguments_are_unknown():
+    from fsdp_lint.facts.ranks import rank_guard
+
+    facts = _facts(
+        """
+        def loop(model, evaluator):
+            if evaluator is not None:
+                first(model)
+
+        def main(rank, kwargs):
+            evaluator = Evaluator() if rank == 0 else None
+            loop(model, evaluator)
+            loop(model, **kwargs)
+        """
+    )
+    assert rank_guard(facts, _call(facts, "first(model)").ctx) is None

@@ -57,11 +57,22 @@ class Sources:
     # ``trainer.model``); ``complete`` is False then.  What such an attribute means is the
     # domain facts' question (``fsdp_modules.origins``: the inner module of a wrap)
     unbound: List[Source] = field(default_factory=list)
+    # parameters where a path stopped, no call of their function passed through: (name,
+    # the function's context).  What the function's callers pass for them is a domain
+    # question (``facts.callers``); ``other_gaps`` says whether a path stopped elsewhere too
+    open_params: List[Tuple[str, Context]] = field(default_factory=list)
+    other_gaps: Optional[bool] = None  # None: every gap is another one (``not complete``)
+
+    def __post_init__(self) -> None:
+        if self.other_gaps is None:
+            self.other_gaps = not self.complete
 
     def add(self, other: "Sources") -> None:
         self.found.extend(other.found)
         self.unbound.extend(other.unbound)
+        self.open_params.extend(other.open_params)
         self.complete = self.complete and other.complete
+        self.other_gaps = self.other_gaps or other.other_gaps
 
 
 def called_functions(facts: ModuleFacts, call: cst.Call, ctx: Context):
@@ -82,15 +93,14 @@ def _returns(facts: ModuleFacts, info, call: cst.Call, via, index, depth, extra=
     result = Sources()
     returns = [r for r in facts.returns if r.ctx.function is info.node and r.value is not None]
     if not returns:
-        result.complete = False
-        return result
+        return Sources(complete=False)
     for ret in returns:
         value = ret.value
         if index is not None:
             if isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
                 value = value.elements[index].value
             else:
-                result.complete = False
+                result.add(Sources(complete=False))
                 continue
         result.add(sources(facts, value, ret.ctx, ret.order, via + (call,), depth + 1, extra))
     return result
@@ -147,8 +157,10 @@ def _from_binding(facts: ModuleFacts, binding: Binding, via, depth, extra=(), us
 def _parameter(facts: ModuleFacts, name: str, ctx: Context, via, depth) -> Sources:
     """A parameter's value: the argument of the innermost call passed through."""
     info = function_info(facts, ctx.function)
-    if not via or info is None:
+    if info is None:
         return Sources(complete=False)
+    if not via:
+        return Sources(complete=False, open_params=[(name, ctx)], other_gaps=False)
     known, expr = argument_for(via[-1], info, name)
     if not known:
         return Sources(complete=False)
@@ -237,13 +249,12 @@ def _lookup(facts: ModuleFacts, containers: Sources, key: Optional[str], default
     be, ``containers`` being what the container may be (dict displays): the entry under a
     literal key, else any entry; for ``.get``, also the default (``None`` when not given)
     where the key may be missing."""
-    result = Sources()
-    result.complete = containers.complete
+    result = Sources(complete=containers.complete)  # (an entry of a parameter: not the parameter)
     missing = False
     for source in containers.found:
         entries = dict_entries(facts, source.expr)
         if entries is None or (key is not None and key not in entries and default is None):
-            result.complete = False
+            result.add(Sources(complete=False))
             continue
         if key is not None and key in entries:
             chosen = [entries[key]]

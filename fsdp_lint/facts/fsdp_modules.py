@@ -79,7 +79,7 @@ class Origins:
     # counts as not followed (``complete`` False), this says where it went
     inner: List[Origin] = field(default_factory=list)
     # a parameter of a top-level function: the FSDP modules calls in other project files
-    # pass for it (``facts.passed_modules.ExternalWrap``; ``origins_with_callers`` only)
+    # pass for it (``facts.passed_arguments.ExternalWrap``; ``origins_with_callers`` only)
     external: list = field(default_factory=list)
 
     @property

@@ -28,6 +28,7 @@ from typing import Optional
 
 from fsdp_lint.lazy_libcst import cst
 
+from fsdp_lint.facts.callers import passed_for
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, ModuleFacts
@@ -130,7 +131,7 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         if answer is None and facts is not None and ctx is not None and len(test.comparisons) == 1:
             target = test.comparisons[0]
             if isinstance(target.operator, (cst.Is, cst.IsNot)) and _is_none(target.comparator) \
-                    and _set_on_one_rank(facts, test.left, ctx, order):
+                    and set_on_one_rank(facts, test.left, ctx, order):
                 return "body" if isinstance(target.operator, cst.IsNot) else "orelse"
         return answer
     if _is_rank_value(test):
@@ -155,11 +156,13 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         if source.expr is test:
             return None
         answers.add(one_rank_branch(source.expr, facts, source.ctx, source.order, depth + 1))
-    if not found.found and "." in dotted:
+    for name, where in found.open_params:  # what the callers pass (``facts.callers``)
+        answers.add(_passed_rank_test(facts, name, where, depth))
+    if not found.found and not found.open_params and "." in dotted:
         return _attribute_rank_test(facts, dotted, depth)
-    if answers == {None} and _set_on_one_rank(facts, test, ctx, order):
+    if answers == {None} and set_on_one_rank(facts, test, ctx, order):
         return "body"  # ``if eval_model:`` where only rank 0 builds one
-    return answers.pop() if found.found and len(answers) == 1 else None
+    return answers.pop() if answers and len(answers) == 1 else None
 
 
 _FALSY = ("None", "False")
@@ -169,11 +172,14 @@ def _is_none(expr) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "None"
 
 
-def _set_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
+def set_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
     """Every value ``expr`` may hold is ``None`` (or ``False``) except values made only on
     one rank: ``eval_model = build() if rank == 0 else None``, ``writer = None`` then ``if
     is_main: writer = SummaryWriter()``, a method that returns None off rank 0.  A test of
-    it (``if eval_model is not None:``) then restricts its branch to that rank."""
+    it (``if eval_model is not None:``) then restricts its branch to that rank.  A
+    parameter read on its own holds what its function's callers pass (``facts.callers``,
+    in this file and in other project files): ``self.eval_fn`` bound from ``__init__``'s
+    ``eval_fn``, where the launcher builds that function on the main process only."""
     busy = facts.cached("ranks_values_in_progress", lambda f: set())
     key = id(expr)
     if key in busy:
@@ -181,19 +187,72 @@ def _set_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool
     busy.add(key)
     try:
         found = sources(facts, expr, ctx, order)
-        if not found.complete or not found.found:
+        if found.other_gaps or not (found.found or found.open_params):
             return False
         made = False
         for source in found.found:
-            if isinstance(source.expr, cst.Name) and source.expr.value in _FALSY:
+            if _falsy(source.expr):
                 continue
             calls = [facts.call_site(call) for call in source.via]
             if rank_guard(facts, source.ctx) is None and not any(c is not None and rank_guard(facts, c.ctx) for c in calls):
                 return False  # (made by a call of this file that itself runs on one rank: ``build() if rank == 0``)
             made = True
+        for name, where in found.open_params:
+            answer = _passed_on_one_rank(facts, name, where)
+            if answer is None:
+                return False
+            made = made or answer
         return made
     finally:
         busy.discard(key)
+
+
+def _passed_on_one_rank(facts: ModuleFacts, name: str, ctx: Context) -> Optional[bool]:
+    """``set_on_one_rank`` of a parameter: None when some caller may pass a value made on
+    every rank (or callers are unknown); else whether some caller passes one made on one
+    rank (every other one passing None/False, or leaving a None/False default)."""
+    passed = passed_for(facts, name, ctx)
+    if not passed:
+        return None
+    made = False
+    for argument in passed:
+        if not argument.known:
+            return None
+        if argument.record is not None:
+            if not argument.record.get("one_rank"):
+                return None
+            made = True
+        elif argument.expr is None or _falsy(argument.expr):
+            continue  # None/False (or no default: a call that does not pass it fails)
+        elif argument.default or not set_on_one_rank(facts, argument.expr, argument.ctx, argument.order):
+            return None
+        else:
+            made = True
+    return made
+
+
+def _passed_rank_test(facts: ModuleFacts, name: str, ctx: Context, depth: int) -> Optional[str]:
+    """``one_rank_branch`` of a parameter read on its own (``if is_main:`` in ``save(model,
+    is_main)``): the branch every caller's argument makes one-rank, None when they differ
+    or a caller is unknown."""
+    passed = passed_for(facts, name, ctx)
+    if not passed:
+        return None
+    answers = set()
+    for argument in passed:
+        if not argument.known or argument.expr is None and argument.record is None:
+            return None
+        if argument.record is not None:
+            answers.add(argument.record.get("rank"))
+        else:
+            answers.add(one_rank_branch(argument.expr, facts, argument.ctx, argument.order, depth + 1))
+        if None in answers or len(answers) > 1:
+            return None
+    return answers.pop()
+
+
+def _falsy(expr) -> bool:
+    return isinstance(expr, cst.Name) and expr.value in _FALSY
 
 
 def _attribute_rank_test(facts: ModuleFacts, dotted: str, depth: int) -> Optional[str]:

@@ -8,7 +8,7 @@ from fsdp_lint.facts.collectives import DIST_COLLECTIVES, GATHER_ADVICE, balance
 from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
 from fsdp_lint.facts.helpers import collective_helper
 from fsdp_lint.facts.processes import in_single_process_branch
-from fsdp_lint.facts.ranks import rank_guard
+from fsdp_lint.facts.ranks import one_rank_branch, rank_guard
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -52,8 +52,15 @@ Checks for collectives reached on one rank only. Rank tests: `rank == 0`, `not r
 `int(os.environ["RANK"]) == 0`, `accelerator.is_main_process`, `trainer.is_global_zero`,
 `trainer.is_world_process_zero()`, `fabric.global_rank == 0`, `args.should_save`, a variable
 or attribute assigned one (`is_main = dist.get_rank() == 0`, `self._is_rank_zero = ...`), a
-function of this file returning one, the rest of a block after `if rank != 0: return`, and
-functions decorated with `@rank_zero_only` / `@accelerator.on_main_process`. Code on a
+function of this file returning one, the rest of a block after `if rank != 0: return`,
+functions decorated with `@rank_zero_only` / `@accelerator.on_main_process`, and a test of a
+value that exists on one rank only (`evaluator = build() if rank == 0 else None`, then `if
+evaluator is not None:`). A parameter read on its own holds what its function's callers pass:
+where every call of the function (in this file, or in another file of the project) passes a
+rank test (`save(model, is_main=rank == 0)`) or a value made on one rank, a test of the
+parameter is a rank test too; so is a test of `self.eval_fn` where `__init__` stores its
+`eval_fn` parameter and the launcher builds that function on the main process only. One
+caller passing a value every rank has, or hiding it behind `**kwargs`, keeps it unknown. Code on a
 branch that runs only when the program is not distributed (`else:` of `if world_size > 1:`,
 of `if dist.is_initialized():`) has no peer to wait for and is not flagged.
 Collectives:
@@ -253,7 +260,18 @@ No automatic fix: the gathering call has to move before the rank test.
                 what, advice = collective.what, collective.advice
             report(
                 site.node,
-                f"{what} called only under the rank test at line {report.row(test)}: the other ranks "
-                f"never join and the job hangs; {advice}",
+                f"{what} called only under the rank test at line {report.row(test)}{_decided_by(facts, test)}: "
+                f"the other ranks never join and the job hangs; {advice}",
                 statement=site.ctx.statement,
             )
+
+
+def _decided_by(facts, test) -> str:
+    """The test's text where it is a rank test only through how its values are made
+    (``if self.eval_fn is not None:``, the function built on the main process): what the
+    message must show for the reader to see why."""
+    expr = getattr(test, "test", None)
+    if expr is None or one_rank_branch(expr) is not None:
+        return ""
+    code = " ".join(facts.module.code_for_node(expr).split())
+    return f" (`{code if len(code) <= 60 else code[:57] + '...'}`, whose value depends on the rank)"
