@@ -1013,3 +1013,75 @@ def test_callers_hidden_behind_star_arguments_are_unknown():
         """
     )
     assert rank_guard(facts, _call(facts, "first(model)").ctx) is None
+
+
+def test_a_value_the_file_shows_decides_over_a_rank_flag_name():
+    """``should_save`` read as ``args.should_save`` (transformers' main-process flag, no
+    binding in the file) is a rank test; a local ``should_save`` the file computes from the
+    step is what its value says.  A rank read from the environment and never converted
+    never equals a number: ``if rank == 0:`` then runs on no rank at all."""
+    from fsdp_lint.facts.ranks import one_rank_branch, rank_guard, restricted_to_some_ranks
+
+    facts = _facts(
+        """
+        def save(args, step, every, is_last):
+            if args.should_save:
+                first(step)
+            should_save = is_last or step % every == 0
+            if should_save:
+                second(step)
+            is_main = dist.get_rank() == 0 and is_last
+            if is_main:
+                third(step)
+
+        def main():
+            rank = os.environ["RANK"]
+            if rank == 0:
+                fourth(rank)
+            if int(os.environ["RANK"]) == 0:
+                fifth(rank)
+            if os.environ.get("LOCAL_RANK", "0") == 0:
+                sixth(rank)
+        """
+    )
+    assert rank_guard(facts, _call(facts, "first(step)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "second(step)").ctx) is None
+    assert rank_guard(facts, _call(facts, "third(step)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "fourth(rank)").ctx) is None
+    assert restricted_to_some_ranks(facts, _call(facts, "fourth(rank)").ctx)  # (rules flagging every rank keep quiet)
+    assert rank_guard(facts, _call(facts, "fifth(rank)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "sixth(rank)").ctx) is None
+    assert one_rank_branch(cst.parse_expression("rank == 0")) == "body"  # without the file: the name alone
+
+
+def test_a_launch_test_read_through_its_value():
+    """nanoGPT's ``ddp = int(os.environ.get("RANK", -1)) != -1``: ``if ddp:`` asks whether
+    the program was launched distributed (its value says so, whatever its name), so its
+    ``else`` is a single-process branch and ``master_process = True`` there is not what
+    a distributed run sees; a DDP flag copied from the arguments says nothing."""
+    from fsdp_lint.facts.processes import in_single_process_branch
+    from fsdp_lint.facts.ranks import rank_guard
+
+    facts = _facts(
+        """
+        ddp = int(os.environ.get("RANK", -1)) != -1
+        if ddp:
+            master_process = int(os.environ["RANK"]) == 0
+        else:
+            master_process = True
+            alone(model)
+        if master_process:
+            first(model)
+        use_ddp = args.ddp
+        if use_ddp:
+            wrap(model)
+        else:
+            second(model)
+        if args.local_rank == -1:
+            third(model)
+        """
+    )
+    assert in_single_process_branch(_call(facts, "alone(model)").ctx)
+    assert rank_guard(facts, _call(facts, "first(model)").ctx) is not None
+    assert not in_single_process_branch(_call(facts, "second(model)").ctx)
+    assert in_single_process_branch(_call(facts, "third(model)").ctx)

@@ -3,8 +3,10 @@ that runs when the program was not.
 
 A *single-process branch* runs only when the program was not launched distributed: the
 ``else`` of ``if "LOCAL_RANK" in os.environ:``, of ``if dist.is_initialized():``, of
-``if world_size > 1:``, of ``if args.distributed:`` / ``if use_fsdp or use_ddp:``, the body
-of ``if not dist.is_initialized():``.  There is one process: nothing there runs on every
+``if world_size > 1:``, of ``if args.distributed:`` / ``if use_fsdp or use_ddp:``, of ``if
+int(os.environ.get("RANK", -1)) != -1:`` (-1: the rank of a run not launched distributed),
+the body of ``if not dist.is_initialized():``.  A name the file assigns such a test decides
+by that value (``ddp = int(os.environ.get("RANK", -1)) != -1``, then ``if ddp:``).  There is one process: nothing there runs on every
 rank, and nothing there happens in the run FSDP shards (``scopes.lookup`` does not let a
 binding made there reach code outside such a branch).
 """
@@ -62,6 +64,14 @@ def _distributed_test(test: cst.BaseExpression) -> Optional[bool]:
         key = literal_string(left)
         if key in LAUNCHER_ENV and dotted_name(right) in ("os.environ", "environ"):
             return isinstance(op, cst.In) if isinstance(op, (cst.In, cst.NotIn)) else None
+        if integer_value(right) == -1 and _launcher_rank(left):
+            # ``int(os.environ.get("RANK", -1)) != -1``, ``args.local_rank != -1``: -1 is the
+            # value a run not launched distributed has
+            if isinstance(op, (cst.NotEqual, cst.GreaterThan)):
+                return True
+            if isinstance(op, cst.Equal):
+                return False
+            return None
         if WORLD_SIZE_NAME.match(last_name(dotted_name(left))) or (
             isinstance(left, cst.Call) and last_name(dotted_name(left.func)) in ("get_world_size", "device_count")
         ):
@@ -84,6 +94,22 @@ def _distributed_test(test: cst.BaseExpression) -> Optional[bool]:
     return None
 
 
+_LAUNCHER_RANK = re.compile(r"^_*(local_|global_)?rank$", re.I)
+
+
+def _launcher_rank(expr) -> bool:
+    """The rank a launcher sets: ``os.environ.get("RANK", -1)`` (in ``int(...)``),
+    ``os.environ["LOCAL_RANK"]``, a name or attribute ``rank`` / ``local_rank``."""
+    if isinstance(expr, cst.Call) and dotted_name(expr.func) == "int" and len(expr.args) == 1:
+        expr = expr.args[0].value
+    if isinstance(expr, cst.Call) and last_name(dotted_name(expr.func)) in ("get", "getenv") and expr.args:
+        return literal_string(expr.args[0].value) in LAUNCHER_ENV
+    if isinstance(expr, cst.Subscript) and dotted_name(expr.value) in ("os.environ", "environ") and len(expr.slice) == 1:
+        index = expr.slice[0].slice
+        return isinstance(index, cst.Index) and literal_string(index.value) in LAUNCHER_ENV
+    return bool(_LAUNCHER_RANK.match(last_name(dotted_name(expr))))
+
+
 def _ddp_flag_side(test: cst.BaseExpression) -> Optional[str]:
     """When ``test`` is DDP's flag, possibly negated (``use_ddp``, ``not args.use_ddp``): the
     branch that runs when the flag is off; None for any other test."""
@@ -96,9 +122,16 @@ def _ddp_flag_side(test: cst.BaseExpression) -> Optional[str]:
     return "body" if negated else "orelse"
 
 
-def single_process_branch(test: cst.BaseExpression) -> Optional[str]:
+def single_process_branch(test: cst.BaseExpression, bindings=None, function=None) -> Optional[str]:
     """'body' or 'orelse': the branch of ``if test`` that runs only when the program is not
-    distributed (one process); None when ``test`` does not ask."""
+    distributed (one process); None when ``test`` does not ask.  With the file's
+    ``bindings`` (a ``model.BindingIndex``) and the ``function`` the test stands in, a
+    name's value decides where the file shows one: ``ddp = int(os.environ.get("RANK", -1))
+    != -1`` makes ``if ddp:`` a "launched distributed?" test whatever the name."""
+    if bindings is not None:
+        shown = _shown_answer(test, bindings, function)
+        if shown is not None:
+            return "orelse" if shown else "body"
     if isinstance(test, cst.Call) and last_name(dotted_name(test.func)) == "is_available":
         return None  # alone, ``dist.is_available()`` says nothing about this run
     if _ddp_flag_side(test) is not None:
@@ -109,10 +142,32 @@ def single_process_branch(test: cst.BaseExpression) -> Optional[str]:
     return "orelse" if answer else "body"
 
 
+def _shown_answer(test, bindings, function) -> Optional[bool]:
+    """``_distributed_test`` of a bare name (or its ``not``) read through its assignments in
+    ``function`` (else at module level), each a test itself (a flag copied from another
+    name says no more than the name)."""
+    negated = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, negated = test.expression, not negated
+    if not isinstance(test, cst.Name):
+        return None
+    found = bindings.of(function, test.value) or (bindings.of(None, test.value) if function is not None else [])
+    answers = set()
+    for binding in found:
+        if binding.kind != "assign" or binding.index is not None or dotted_name(binding.value) is not None:
+            return None
+        answers.add(_distributed_test(binding.value))
+    if len(answers) != 1 or None in answers:
+        return None
+    answer = answers.pop()
+    return not answer if negated else answer
+
+
 def in_single_process_branch(ctx: Context) -> bool:
     """Code at ``ctx`` runs only when the program is not distributed (``else:`` of ``if
     world_size > 1:``): one process, no peer to wait for or to disagree with."""
-    return any(single_process_branch(guard.node.test) == guard.branch for guard in ctx.guards)
+    return any(single_process_branch(guard.node.test, guard.bindings, ctx.function) == guard.branch
+               for guard in ctx.guards)
 
 
 def holds_when_sharded(guard) -> bool:

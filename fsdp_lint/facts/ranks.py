@@ -9,7 +9,11 @@ single-process run: ``rank == 0``, ``dist.get_rank() == 0``, ``args.local_rank i
 restricts its body.  A name or attribute assigned a rank test (``is_main = rank == 0``,
 ``self.is_main = ...``) and a call of a function of this file that returns one are rank
 tests too.  ``if rank != 0: return`` makes the rest of its block one-rank code (the
-traversal records it as the ``if``'s else branch).
+traversal records it as the ``if``'s else branch).  A main-process flag's name counts
+where the file does not show its value (``args.should_save``); a value the file shows
+decides (a local ``should_save = is_last or step % every == 0`` is no rank test).  A rank
+read from the environment and never converted (``rank = os.environ["RANK"]``) never
+equals a number: ``if rank == 0:`` runs on no rank, and is no one-rank branch.
 
 A *single-process branch* (``facts.processes``) runs only when the program was not
 launched distributed: there is one process, so nothing there runs on every rank.
@@ -33,7 +37,7 @@ from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, ModuleFacts
 from fsdp_lint.facts.processes import in_single_process_branch, integer_value as _integer, last_name as _last, single_process_branch
-from fsdp_lint.facts.scopes import latest_binding, module_functions
+from fsdp_lint.facts.scopes import latest_binding, lookup, module_functions
 from fsdp_lint.facts.values import literal_string
 
 # ``node_rank`` (every process of a node), ``tp_rank``/``pp_rank`` (a sub-mesh) and
@@ -78,6 +82,40 @@ def _is_rank_value(expr: cst.BaseExpression) -> bool:
         index = expr.slice[0].slice if len(expr.slice) == 1 else None
         return isinstance(index, cst.Index) and bool(RANK_ENV.match(literal_string(index.value) or ""))
     return bool(RANK_NAME.match(_last(dotted_name(expr))))
+
+
+def _text_against_number(facts: ModuleFacts, test: cst.Comparison, ctx: Context, order: int) -> bool:
+    """``rank == 0`` where ``rank`` is always the text of an environment variable
+    (``rank = os.environ["RANK"]``, no ``int(...)``): never equal, on any rank."""
+    target = test.comparisons[0]
+    sides = (test.left, target.comparator)
+    for text, number in (sides, sides[::-1]):
+        elements = number.elements if isinstance(number, (cst.Tuple, cst.List, cst.Set)) else None
+        numbers = [e.value for e in elements] if elements is not None else [number]
+        if numbers and all(_integer(n) is not None for n in numbers) and _always_text(facts, text, ctx, order):
+            return True
+    return False
+
+
+def _always_text(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
+    if _environment_text(expr):
+        return True
+    dotted = dotted_name(expr)
+    if dotted is None:
+        return False
+    found = lookup(facts, dotted, ctx, order)  # (``sources`` would look into ``os.environ``'s entries)
+    return found.param is None and bool(found.bindings) and all(
+        b.kind == "assign" and b.index is None and _environment_text(b.value) for b in found.bindings)
+
+
+def _environment_text(expr) -> bool:
+    """``os.environ["RANK"]``, ``os.environ.get("LOCAL_RANK", ...)``, ``os.getenv("RANK")``:
+    the variable's text (a string, even where it reads ``"0"``)."""
+    if isinstance(expr, cst.Subscript):
+        return _is_rank_value(expr)
+    if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("os.environ.get", "environ.get", "os.getenv", "getenv"):
+        return _is_rank_value(expr) and (len(expr.args) < 2 or literal_string(expr.args[1].value) is not None)
+    return False
 
 
 def _compare(test: cst.Comparison) -> Optional[str]:
@@ -128,6 +166,8 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         return _FLIP.get(inner) if inner else None
     if isinstance(test, cst.Comparison):
         answer = _compare(test)
+        if answer is not None and facts is not None and ctx is not None and _text_against_number(facts, test, ctx, order):
+            return None  # ``os.environ["RANK"] == 0``: a string never equals a number; no rank runs it
         if answer is None and facts is not None and ctx is not None and len(test.comparisons) == 1:
             target = test.comparisons[0]
             if isinstance(target.operator, (cst.Is, cst.IsNot)) and _is_none(target.comparator) \
@@ -146,13 +186,18 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
     dotted = dotted_name(test)
     if dotted is None:
         return None
-    if _last(dotted) in MAIN_FLAGS:
-        return "body"
     if facts is None or ctx is None:
-        return None
+        return "body" if _last(dotted) in MAIN_FLAGS else None
     answers = set()
     found = sources(facts, test, ctx, order)
-    for source in found.found:
+    # (a value made where the program runs in one process, ``else: master_process = True``,
+    # is not what a distributed run sees)
+    shown = [s for s in found.found if not in_single_process_branch(s.ctx)]
+    if _last(dotted) in MAIN_FLAGS and not (found.complete and shown and all(s.expr is not test for s in shown)):
+        # the name says so where the file does not show the value (``args.should_save``);
+        # a value it shows decides (``should_save = is_last or step % every == 0``)
+        return "body"
+    for source in shown:
         if source.expr is test:
             return None
         answers.add(one_rank_branch(source.expr, facts, source.ctx, source.order, depth + 1))

@@ -60,7 +60,11 @@ where every call of the function (in this file, or in another file of the projec
 rank test (`save(model, is_main=rank == 0)`) or a value made on one rank, a test of the
 parameter is a rank test too; so is a test of `self.eval_fn` where `__init__` stores its
 `eval_fn` parameter and the launcher builds that function on the main process only. One
-caller passing a value every rank has, or hiding it behind `**kwargs`, keeps it unknown. Code on a
+caller passing a value every rank has, or hiding it behind `**kwargs`, keeps it unknown.
+A main-process flag's name (`should_save`) counts where the file does not show its value; a
+local variable of that name computed from the step is no rank test. A rank read from the
+environment and compared as text (`rank = os.environ["RANK"]`, then `if rank == 0:`) matches
+on no rank: that branch never runs, and nothing in it is flagged. Code on a
 branch that runs only when the program is not distributed (`else:` of `if world_size > 1:`,
 of `if dist.is_initialized():`) has no peer to wait for and is not flagged.
 Collectives:
