@@ -351,7 +351,8 @@ class ProjectIndex:
         self._roots: Dict[str, Optional[str]] = {}
         # root -> (when read, file -> the files naming FSDP that import it)
         self._importers: Dict[str, Tuple[float, Dict[str, List[str]]]] = {}
-        self._passed: Dict[str, Tuple[Tuple[int, int], List[dict]]] = {}  # file -> (stat, its passed_arguments)
+        # (file, depth) -> (stat, its passed_arguments)
+        self._passed: Dict[Tuple[str, int], Tuple[Tuple[int, int], List[dict]]] = {}
         self._digests: Dict[str, Tuple[Tuple[int, int], str]] = {}  # file -> (stat, sha256 of its bytes)
         self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
         self._exists: Dict[str, bool] = {}
@@ -624,15 +625,18 @@ class ProjectIndex:
                         found.setdefault(target, []).append(path)
         return found
 
-    def passed(self, importer: str, root: str) -> List[dict]:
+    def passed(self, importer: str, root: str, depth: int = 1) -> List[dict]:
         """``facts.passed_arguments`` of ``importer``, each record with the ``target`` file and
-        the ``name`` of the function it calls, and its ``place``; by the file's stat."""
+        the ``name`` of the function it calls, and its ``place``; by the file's stat.
+        ``depth``: the importer's own parameters are read through ``depth - 1`` more levels
+        of importers (``model_params.py`` passes on ``_to is None``, where ``_to`` is what
+        ``trainer.py`` passes it)."""
         try:
             stat = os.stat(importer)
         except OSError:
             return []
         key = (stat.st_mtime_ns, stat.st_size)
-        memo = self._passed.get(importer)
+        memo = self._passed.get((importer, depth))
         if memo is not None and memo[0] == key:
             return memo[1]
         records: List[dict] = []
@@ -641,7 +645,7 @@ class ProjectIndex:
                 text = handle.read()
             module = cst.parse_module(text)
             facts = index_module(module)
-            facts.project = ProjectView(self, importer, root, callers=False)
+            facts.project = ProjectView(self, importer, root, callers=depth - 1)
             positions = Positions(module, line_starts(text))
 
             def target_of(spec: str) -> Optional[str]:
@@ -656,7 +660,7 @@ class ProjectIndex:
                 records.append({**record, "target": os.path.normpath(target), "name": name, "place": place})
         except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): it passes nothing known
             records = []
-        self._passed[importer] = (key, records)
+        self._passed[(importer, depth)] = (key, records)
         return records
 
     def _defined(self, importer: str, root: str, spec: str, part: str, depth: int = 0) -> Optional[Tuple[str, object]]:
@@ -696,15 +700,20 @@ class ProjectIndex:
         return {name: Helper.from_json(data, relative) for name, data in self.summary(path).functions.items()}
 
 
+# how many levels of importers a file's view reads for what is passed to its functions
+CALLER_DEPTH = 2
+
+
 class ProjectView:
     """The project as one file sees it (``ModuleFacts.project``)."""
 
-    def __init__(self, index: ProjectIndex, path: str, root: str, callers: bool = True) -> None:
+    def __init__(self, index: ProjectIndex, path: str, root: str, callers: int = CALLER_DEPTH) -> None:
         self.index = index
         self.path = path
         self.root = root
-        # whether it reads what other files pass to this one's functions (not while a
-        # caller's own records are computed: no cycle through a module importing it back)
+        # how many levels of importers it reads for what other files pass to this one's
+        # functions (one less while a caller's own records are computed: a module importing
+        # it back ends the chain instead of cycling; 0: none)
         self.callers = callers
         self._helpers: Dict[str, Optional[Helper]] = {}
         self._scans: Dict[str, Dict[str, Helper]] = {}
@@ -763,8 +772,19 @@ class ProjectView:
     def _passed_records(self) -> List[dict]:
         """The records of calls of this file's functions that pass FSDP modules."""
         path = os.path.normpath(self.path)
-        return [r for importer in self.index.importers(path, self.root) for r in self.index.passed(importer, self.root)
-                if r["target"] == path]
+        return [r for importer in self.index.importers(path, self.root)
+                for r in self.index.passed(importer, self.root, self.callers) if r["target"] == path]
+
+    def _importers_within(self, depth: int) -> List[str]:
+        """The files whose records this view may read: importers of this file, and of
+        those, up to ``depth`` levels."""
+        found: List[str] = []
+        level = [os.path.normpath(self.path)]
+        for _ in range(max(depth, 0)):
+            level = [i for path in level for i in self.index.importers(path, self.root) if i not in found]
+            level = list(dict.fromkeys(level))
+            found.extend(level)
+        return found
 
     def gate_kinds(self, text: str) -> Dict[str, FrozenSet[str]]:
         """What the gate reads: local dotted name -> what the helper does ("collective",
@@ -785,7 +805,7 @@ class ProjectView:
         the helpers it imports, and the contents of the files that import it and may pass
         it FSDP modules or values made on one rank."""
         helpers = self.imported_helpers(text)
-        importers = self.index.importers(os.path.normpath(self.path), self.root) if self.callers else []
+        importers = self._importers_within(self.callers)
         if not helpers and self.launcher is None and not importers:
             return ""
         pieces = sorted(f"{name}={json.dumps(h.to_json(), sort_keys=True)}" for name, h in helpers.items())

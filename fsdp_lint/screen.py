@@ -937,7 +937,8 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
         return bool(
             not names.isdisjoint(_GATHERS)
             or not names.isdisjoint(_OPTIM_STATE)
-            or (not names.isdisjoint(_DIST) and bool(s.wraps()) and not _on_subgroup(call, names))
+            # ``collectives.in_fsdp_program``
+            or (not names.isdisjoint(_DIST) and (bool(s.wraps()) or bool(_summons(s))) and not _on_subgroup(call, names))
         )
 
     ranks = s.flow("rank", _rank_word, callers=True)

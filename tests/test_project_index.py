@@ -395,3 +395,21 @@ def test_what_other_files_pass_says_which_arguments_exist_on_one_rank():
     params = ("model", "eval_fn", "is_main", "verbose")
     assert argument_records(records, params, "eval_fn") == [{"rank": "body", "one_rank": True}, None, {"open": True}]
     assert argument_records(records, params, "model") == [{}, {}, {}]
+
+
+def test_a_rank_value_passed_on_through_two_files_and_its_cache(tmp_path):
+    """``trainer.py`` passes an eval copy made on rank 0 only to ``model_params.py``, which
+    passes ``_to is None`` on to ``fsdp_params.py``: the broadcast under ``not only_rank0``
+    runs on rank 0 only (``CALLER_DEPTH``: two levels of importers).  The cached answer of
+    the last file follows a change of the first (``ProjectView.tag``)."""
+    import shutil
+
+    source = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "eval_model_on_rank_zero_two_files_away"
+    root = tmp_path / "proj"
+    shutil.copytree(source, root)
+    cache = tmp_path / "cache"
+    target = "llm_kit/fsdp_params.py"
+    assert _cli("--cache-dir", str(cache), target, cwd=root) == [(20, "FSD104")]
+    trainer = root / "llm_kit" / "trainer.py"
+    trainer.write_text(trainer.read_text().replace("if dist.get_rank() == 0:", "if dist.get_world_size() > 0:"))
+    assert _cli("--cache-dir", str(cache), target, cwd=root) == []

@@ -1085,3 +1085,21 @@ def test_a_launch_test_read_through_its_value():
     assert rank_guard(facts, _call(facts, "first(model)").ctx) is not None
     assert not in_single_process_branch(_call(facts, "second(model)").ctx)
     assert in_single_process_branch(_call(facts, "third(model)").ctx)
+
+
+def test_a_main_process_flag_read_off_a_call():
+    """``TrainerTools().parallel.is_main_process``: the flag's name counts where its
+    receiver is a value the file cannot follow (no dotted name to look up)."""
+    from fsdp_lint.facts.ranks import rank_guard
+
+    facts = _facts(
+        """
+        def init_eval_model(self):
+            if TrainerTools().parallel.is_main_process:
+                first(self)
+            if TrainerTools().parallel.world_size > 1:
+                second(self)
+        """
+    )
+    assert rank_guard(facts, _call(facts, "first(self)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "second(self)").ctx) is None

@@ -330,6 +330,13 @@ def on_subgroup(call: cst.Call, name: str) -> bool:
     return _on_subgroup(call, name)
 
 
+def in_fsdp_program(facts: ModuleFacts) -> bool:
+    """The module is part of an FSDP program: it builds an FSDP model, or gathers one with
+    ``summon_full_params`` (a helper module such as ``fsdp_model_params.py``, handed the
+    model by its caller).  Where ``torch.distributed`` collectives count for FSD104."""
+    return uses_fsdp(facts) or bool(facts.cached("summon_ids", lambda f: {id(s.node) for s in summon_calls(f)}))
+
+
 def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]:
     node = site.node
     func = node.func
@@ -382,7 +389,7 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
         qualname.startswith("torch.distributed.")
         and qualname.rsplit(".", 1)[-1] in DIST_COLLECTIVES
         and qualname.count(".") == 2
-        and uses_fsdp(facts)
+        and in_fsdp_program(facts)
     ):
         name = qualname.rsplit(".", 1)[-1]
         if _on_subgroup(node, name):

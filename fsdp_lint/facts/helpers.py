@@ -26,6 +26,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.collectives import (
+    in_fsdp_program,
     DIST_COLLECTIVES, FORWARD_ADVICE, FRAMEWORK_GATHERS, GATHER_ADVICE, forward_gathers, gathers_full_state_dict,
     may_forward_gather,
     not_sharded_here, on_other_ranks_side,
@@ -35,7 +36,7 @@ from fsdp_lint.facts.collectives import (
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_module
 from fsdp_lint.facts.frameworks import framework_collective
 from fsdp_lint.facts.dataflow import sources
-from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, strategy_members, uses_fsdp, wrap_config
+from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, strategy_members, wrap_config
 from fsdp_lint.facts.helper_summary import Helper, argument, kinds_of, project_helper
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, FunctionInfo, ModuleFacts
@@ -563,7 +564,7 @@ def applies(facts: ModuleFacts, helper: Helper, site: CallSite) -> bool:
     if not helper.collective:
         return False
     if helper.needs == "fsdp-file":
-        return uses_fsdp(facts)
+        return in_fsdp_program(facts)
     if helper.model is None:
         return True
     passed = argument(helper, site.node, helper.model)

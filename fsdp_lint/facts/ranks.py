@@ -185,7 +185,8 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         return None
     dotted = dotted_name(test)
     if dotted is None:
-        return None
+        # ``Tools().parallel.is_main_process``: a flag read off a value the file cannot follow
+        return "body" if isinstance(test, cst.Attribute) and test.attr.value in MAIN_FLAGS else None
     if facts is None or ctx is None:
         return "body" if _last(dotted) in MAIN_FLAGS else None
     answers = set()

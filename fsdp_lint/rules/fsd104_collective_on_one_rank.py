@@ -56,8 +56,8 @@ function of this file returning one, the rest of a block after `if rank != 0: re
 functions decorated with `@rank_zero_only` / `@accelerator.on_main_process`, and a test of a
 value that exists on one rank only (`evaluator = build() if rank == 0 else None`, then `if
 evaluator is not None:`). A parameter read on its own holds what its function's callers pass:
-where every call of the function (in this file, or in another file of the project) passes a
-rank test (`save(model, is_main=rank == 0)`) or a value made on one rank, a test of the
+where every call of the function (in this file, or in another file of the project, read
+through two levels of importing files) passes a rank test (`save(model, is_main=rank == 0)`) or a value made on one rank, a test of the
 parameter is a rank test too; so is a test of `self.eval_fn` where `__init__` stores its
 `eval_fn` parameter and the launcher builds that function on the main process only. One
 caller passing a value every rank has, or hiding it behind `**kwargs`, keeps it unknown.
@@ -102,7 +102,8 @@ Collectives:
   (`clip_grad_norm_`/`get_total_norm` over a `fully_shard`-ed module's parameters) or of a
   parameter in a loop over them (`facts.dtensors`): each is a collective over the mesh;
 - `torch.distributed` collectives and barriers on the default group, in a file that wraps
-  a model with FSDP itself (a `group=` restricts them; a barrier matched by the same
+  a model with FSDP itself or gathers one with `summon_full_params` (a helper module handed
+  the model by its caller) (a `group=` restricts them; a barrier matched by the same
   barrier on the other ranks' path, as in the download idiom, is balanced, pair by pair:
   by the `else` of the same rank test, or, in order, by another rank test's branch for the
   other ranks; a balanced pair earlier in the function leaves a later one-rank barrier
@@ -211,7 +212,8 @@ move out of the rank test.
 - Two branches count as exclusive only where their `if` tests are read (`facts.conditions`:
   names bound once, comparisons with literals); a flag whose value the file does not show
   keeps both branches possible.
-- `torch.distributed` collectives count only in a file that wraps a model with FSDP itself;
+- `torch.distributed` collectives count only in a file that wraps a model with FSDP itself
+  or calls `summon_full_params`;
   accelerate's `save_model`/`save_state`/`load_state`/`get_state_dict` and transformers'
   `save_model` only where the file configures FSDP or the project's launch turns it on (an
   accelerate config, `--fsdp`, `[tool.fsdp-lint] launch`).
