@@ -28,6 +28,7 @@ keeps them quiet; rules that flag what runs on *one* rank ask ``rank_guard``.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Optional
 
 from fsdp_lint.lazy_libcst import cst
@@ -324,14 +325,28 @@ def _returns_rank_test(facts: ModuleFacts, name: str, depth: int) -> Optional[st
     return answers.pop() if len(answers) == 1 else None
 
 
+def _guard_branch(facts: ModuleFacts, ctx: Context, index: int) -> Optional[str]:
+    """``one_rank_branch`` of the test of ``ctx.guards[index]``, read where the ``if``
+    stands (its own guards, not those of the code inside it): one answer per ``if`` of
+    the file, however many calls stand under it."""
+    guard = ctx.guards[index]
+    memo = facts.cached("ranks_guard_branches", lambda f: {})
+    hit = memo.get(id(guard.node))
+    if hit is None or hit[0] is not guard.node:
+        at = replace(ctx, guards=ctx.guards[:index])
+        hit = memo[id(guard.node)] = (guard.node, one_rank_branch(guard.node.test, facts, at, guard.order))
+    return hit[1]
+
+
 def rank_guard(facts: ModuleFacts, ctx: Context, min_with_depth: int = 0):
     """The innermost guard that restricts ``ctx`` to one rank (nested at ``min_with_depth``+):
     an ``if``'s ``Guard``, or the ``Decorator`` of a function that runs on one rank only
     (``@rank_zero_only``, ``@accelerator.on_main_process``)."""
-    for guard in reversed(ctx.guards):
+    for index in range(len(ctx.guards) - 1, -1, -1):
+        guard = ctx.guards[index]
         if guard.with_depth < min_with_depth:
             continue
-        if one_rank_branch(guard.node.test, facts, ctx, guard.order) == guard.branch:
+        if _guard_branch(facts, ctx, index) == guard.branch:
             return guard
     if ctx.function is not None and min_with_depth == 0:
         for decorator in ctx.function.decorators:

@@ -241,6 +241,9 @@ No automatic fix: the gathering call has to move before the rank test.
         for site in facts.calls:
             if not site.ctx.guards and site.ctx.function is None:
                 continue
+            guard = rank_guard(facts, site.ctx)  # (first: most calls stand under no rank test)
+            if guard is None or in_single_process_branch(site.ctx):
+                continue  # no rank test; or one process, with no peer to wait for
             collective = torch_collective(facts, site)
             if collective is None:
                 words = framework_collective(facts, site)
@@ -250,9 +253,6 @@ No automatic fix: the gathering call has to move before the rank test.
                 helper = collective_helper(facts, site)
                 if helper is None:
                     continue
-            guard = rank_guard(facts, site.ctx)
-            if guard is None or in_single_process_branch(site.ctx):
-                continue  # no rank test; or one process, with no peer to wait for
             if collective is not None and collective.balanced_by and balanced(facts, site, collective.balanced_by):
                 continue
             test = getattr(guard, "node", guard)  # an ``if``'s Guard, or a one-rank decorator itself
