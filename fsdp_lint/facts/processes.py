@@ -6,9 +6,10 @@ A *single-process branch* runs only when the program was not launched distribute
 ``if world_size > 1:``, of ``if args.distributed:`` / ``if use_fsdp or use_ddp:``, of ``if
 int(os.environ.get("RANK", -1)) != -1:`` (-1: the rank of a run not launched distributed),
 the body of ``if not dist.is_initialized():``.  A name the file assigns such a test decides
-by that value (``ddp = int(os.environ.get("RANK", -1)) != -1``, then ``if ddp:``).  There is one process: nothing there runs on every
-rank, and nothing there happens in the run FSDP shards (``scopes.lookup`` does not let a
-binding made there reach code outside such a branch).
+by that value (``ddp = int(os.environ.get("RANK", -1)) != -1``, then ``if ddp:``).  There is
+one process: nothing there runs on every rank, and nothing there happens in the run FSDP
+shards (``scopes.lookup`` does not let a binding made there reach code outside such a
+branch).
 """
 
 from __future__ import annotations
