@@ -50,7 +50,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
 from fsdp_lint.facts.dataflow import RETURNS_SELF
 from fsdp_lint.facts.frameworks import ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN, LIGHTNING_TRAINER, WITH_FSDP
-from fsdp_lint.facts.optimizers import _OPTIMIZER_NAME as OPTIMIZER_NAME
+from fsdp_lint.facts.optimizers import OPTIMIZER_NAME, optimizer_like_name
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
 from fsdp_lint.facts.dtensors import GATHERS
@@ -818,7 +818,7 @@ def _builds_optimizer(s: Summary, call: ast.Call) -> bool:
         return bool(call.args) and bool(
             OPTIMIZER_NAME.search(name) or any(q.startswith(package) for q in s.qualnames(func))
         )
-    if OPTIMIZER_NAME.search(name) or "optim" in name.lower() or any(q.startswith(package) for q in s.qualnames(func)):
+    if optimizer_like_name(name) or any(q.startswith(package) for q in s.qualnames(func)):
         return True
     return s.flow("optimizer_class", lambda node: _optimizer_class(s, node)).may_reach([func], s.call_frames[id(call)])
 

@@ -26,7 +26,7 @@ from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, methods_of, module_functions
 from fsdp_lint.facts.walk import push_children
 
-_OPTIMIZER_NAME = re.compile(r"(Adam|AdamW|SGD|Adagrad|Adadelta|Adamax|RMSprop|Rprop|Lion|Lamb|LAMB|Adafactor)\w*$")
+OPTIMIZER_NAME = re.compile(r"(Adam|AdamW|SGD|Adagrad|Adadelta|Adamax|RMSprop|Rprop|Lion|Lamb|LAMB|Adafactor)\w*$")
 _PARAMETER_CALLS = frozenset({"parameters", "named_parameters"})
 OPTIMIZER_FACTORY_METHODS = frozenset({"configure_optimizers"})
 
@@ -86,7 +86,13 @@ def _named_optimizer(facts: ModuleFacts, site: CallSite) -> bool:
         return False  # a scheduler or an SWA wrapper takes an optimizer
     if qualname.startswith(torch_api.OPTIMIZER_PACKAGE + ".") and name[:1].isupper():
         return True
-    return bool(_OPTIMIZER_NAME.search(name)) or "optim" in name.lower()
+    return optimizer_like_name(name)
+
+
+def optimizer_like_name(name: str) -> bool:
+    """A callee's last name that says optimizer: ``AdamW``, ``Lion8bit``, ``build_optimizer``
+    (the screen reads the same words)."""
+    return bool(OPTIMIZER_NAME.search(name)) or "optim" in name.lower()
 
 
 def _class_by_name(facts: ModuleFacts, site: CallSite) -> bool:
