@@ -1103,3 +1103,69 @@ def test_a_main_process_flag_read_off_a_call():
     )
     assert rank_guard(facts, _call(facts, "first(self)").ctx) is not None
     assert rank_guard(facts, _call(facts, "second(self)").ctx) is None
+
+
+def test_code_of_a_function_called_on_some_ranks_only():
+    """``restricted_to_some_ranks(..., callers=True)``: a function every in-file call of
+    which stands under a rank test (itself or through the function it stands in) runs on
+    some ranks only; one call on every rank, or no call in the file, says nothing."""
+    from fsdp_lint.facts.ranks import restricted_to_some_ranks
+
+    facts = _facts(
+        """
+        def write(state, path):
+            torch.save(state, path)
+
+        def export(state, path):
+            torch.save(state, path)
+
+        def unused(state, path):
+            torch.save(state, path)
+
+        def on_main(state):
+            write(state, "a.pt")
+
+        def train(state, rank):
+            if rank == 0:
+                on_main(state)
+                export(state, "b.pt")
+            export(state, "c.pt")
+        """
+    )
+    sites = [s for s in facts.calls if facts.module.code_for_node(s.node) == "torch.save(state, path)"]
+    assert [restricted_to_some_ranks(facts, s.ctx, callers=True) for s in sites] == [True, False, False]
+    assert not restricted_to_some_ranks(facts, sites[0].ctx)  # (without callers: the body alone)
+
+
+def test_an_fsdp_type_test_through_a_predicate_of_the_file():
+    """``def is_fsdp(m): return isinstance(m, FSDP)``, then ``if is_fsdp(model):``: the
+    helper summary reads the test as ``isinstance(model, FSDP)``; a predicate that tests
+    something else, or returns under a condition, is no such test."""
+    from fsdp_lint.facts.helpers import summaries
+
+    facts = _facts(
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def is_fsdp(module):
+            return isinstance(module, FSDP)
+
+        def is_big(module):
+            return sum(p.numel() for p in module.parameters()) > 10
+
+        def gather(model):
+            if is_fsdp(model):
+                with FSDP.summon_full_params(model):
+                    return [p.clone() for p in model.parameters()]
+            return list(model.parameters())
+
+        def gather_big(model):
+            if is_big(model):
+                with FSDP.summon_full_params(model):
+                    return [p.clone() for p in model.parameters()]
+            return list(model.parameters())
+        """
+    )
+    found = summaries(facts)
+    assert found["gather"].collective and found["gather"].model == "model"
+    assert "gather_big" not in found or not found["gather_big"].collective

@@ -43,7 +43,7 @@ from fsdp_lint.facts.model import CallSite, FunctionInfo, ModuleFacts
 from fsdp_lint.facts.optimizers import optimizers
 from fsdp_lint.facts.processes import holds_when_sharded
 from fsdp_lint.facts.ranks import mentions_rank, per_rank_path, restricted_to_some_ranks, value_parts
-from fsdp_lint.facts.scopes import latest_binding, lookup
+from fsdp_lint.facts.scopes import latest_binding, lookup, module_functions
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.facts.values import bind_arguments, first_positional
 
@@ -152,16 +152,39 @@ def _in_handler(facts: ModuleFacts, function: cst.FunctionDef, statement) -> boo
 
 
 def _fsdp_type_test(facts: ModuleFacts, guard, info: FunctionInfo) -> Optional[str]:
-    """The parameter of ``info`` that ``guard``'s true side knows to be an FSDP module:
-    ``isinstance(model, T)`` where ``T`` names an FSDP class (``torch_api.FSDP_MODULE_TYPES``)
-    itself or through a module-level name bound to a tuple naming one (``FSDP_TYPES =
-    (FSDPModule,)``)."""
-    test = guard.node.test
-    if guard.branch != "body" or not isinstance(test, cst.Call) or dotted_name(test.func) != "isinstance" \
-            or facts.qualname(test.func) is not None or len(test.args) != 2:
+    """The parameter of ``info`` that ``guard``'s true side knows to be an FSDP module
+    (``_fsdp_type_subject``)."""
+    if guard.branch != "body":
         return None
-    subject = test.args[0].value
+    subject = _fsdp_type_subject(facts, guard.node.test)
     if not isinstance(subject, cst.Name) or subject.value not in info.param_names:
+        return None
+    return subject.value
+
+
+def _fsdp_type_subject(facts: ModuleFacts, test, depth: int = 0) -> Optional[cst.BaseExpression]:
+    """What ``test`` knows to be an FSDP module when true: the first argument of
+    ``isinstance(x, T)`` where ``T`` names an FSDP class (``torch_api.FSDP_MODULE_TYPES``)
+    itself or through a module-level name bound to a tuple naming one (``FSDP_TYPES =
+    (FSDPModule,)``); or the argument of a call of a function of this file every ``return``
+    of which is such a test of its one parameter (``def is_fsdp(m): return isinstance(m,
+    FSDP)``, then ``if is_fsdp(model):``)."""
+    if not isinstance(test, cst.Call) or facts.qualname(test.func) is not None or depth > 1:
+        return None
+    if isinstance(test.func, cst.Name) and test.func.value != "isinstance" and len(test.args) == 1 \
+            and not test.args[0].star and test.args[0].keyword is None:
+        infos = module_functions(facts, test.func.value)
+        if len(infos) != 1 or len(infos[0].param_names) != 1:
+            return None
+        returns = [r for r in facts.returns if r.ctx.function is infos[0].node]
+        if not returns or any(r.value is None or r.ctx.guards for r in returns):
+            return None
+        for ret in returns:
+            inner = _fsdp_type_subject(facts, ret.value, depth + 1)
+            if not isinstance(inner, cst.Name) or inner.value != infos[0].param_names[0]:
+                return None
+        return test.args[0].value
+    if dotted_name(test.func) != "isinstance" or len(test.args) != 2:
         return None
     pending, seen = [test.args[1].value], 0
     while pending and seen < 200:
@@ -169,7 +192,7 @@ def _fsdp_type_test(facts: ModuleFacts, guard, info: FunctionInfo) -> Optional[s
         seen += 1
         if isinstance(node, (cst.Name, cst.Attribute)):
             if facts.qualname(node) in torch_api.FSDP_MODULE_TYPES:
-                return subject.value
+                return test.args[0].value
             if isinstance(node, cst.Name):
                 pending.extend(b.value for b in facts.bindings if b.target == node.value and b.ctx.function is None)
             continue

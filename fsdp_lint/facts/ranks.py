@@ -34,7 +34,7 @@ from typing import Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.callers import passed_for
-from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.dataflow import calls_of, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, ModuleFacts
 from fsdp_lint.facts.processes import in_single_process_branch, integer_value as _integer, last_name as _last, single_process_branch
@@ -406,16 +406,40 @@ def mentions_rank(node, values_only: bool = False) -> bool:
     return False
 
 
-def restricted_to_some_ranks(facts: ModuleFacts, ctx: Context) -> bool:
+def restricted_to_some_ranks(facts: ModuleFacts, ctx: Context, callers: bool = False) -> bool:
     """Code at ``ctx`` may run on some ranks only, or in a single process (the module
-    docstring): every doubt answers yes."""
+    docstring): every doubt answers yes.  ``callers``: also where the function it stands
+    in runs only so, every call of it in this file standing under such a test (a
+    ``save_ckpt`` helper whose only caller is ``if rank == 0: save_ckpt(...)``); a summary
+    of what a function does on every call does not ask this."""
     for guard in ctx.guards:
         test = guard.node.test
         if one_rank_branch(test, facts, ctx, guard.order) is not None or mentions_rank(test):
             return True
         if single_process_branch(test) == guard.branch:
             return True
-    return rank_guard(facts, ctx) is not None
+    if rank_guard(facts, ctx) is not None:
+        return True
+    return callers and _called_on_some_ranks_only(facts, ctx.function)
+
+
+def _called_on_some_ranks_only(facts: ModuleFacts, function, depth: int = 0) -> bool:
+    """Every call of ``function`` in this file (at least one) stands where only some ranks
+    run, itself or through the functions it stands in (three levels at most)."""
+    if function is None or depth > 2:
+        return False
+    busy = facts.cached("ranks_callers_in_progress", lambda f: set())
+    if id(function) in busy:
+        return False
+    busy.add(id(function))
+    try:
+        calls = [facts.call_site(call) for call in calls_of(facts, function)]
+        return bool(calls) and all(
+            site is not None and (restricted_to_some_ranks(facts, site.ctx)
+                                  or _called_on_some_ranks_only(facts, site.ctx.function, depth + 1))
+            for site in calls)
+    finally:
+        busy.discard(id(function))
 
 
 def on_every_rank_but_one(facts: ModuleFacts, ctx: Context) -> Optional[cst.If]:

@@ -134,7 +134,9 @@ save_ckpt(model, path)` where `save_ckpt` calls `model.state_dict()` on an FSDP1
 names the helper's file and line. A method called as `self.m(...)` from a method of its own
 class is such a helper too (`if self.is_main_process: self._save_training_state()`, where
 the method calls a checkpoint helper that gathers). A helper that gathers only on some path is not known to,
-and is left alone.
+and is left alone, except under a type test of the model it is passed: `if isinstance(model,
+FSDP):`, also through a predicate of the file (`def is_fsdp(m): return isinstance(m, FSDP)`,
+then `if is_fsdp(model):`), gathers whenever the caller passes an FSDP module.
 A gathering call on a model that is not sharded yet (rank 0 reads its model before
 `fully_shard`/`FSDP` wraps it later in the same function) is not a collective. Saving
 (`torch.save`, `accelerator.save`, which guards itself) under the rank test is fine.

@@ -112,7 +112,8 @@ cpu_offload=True))`, then `if dist.get_rank() == 0: torch.save(state, path)`.
   not know whether every rank runs the save, and stays quiet.
 - Every doubt about ranks keeps it quiet: any `if` whose test names a rank or a
   main-process flag, a single-process branch, a one-rank decorator, an earlier early exit
-  under a rank test. The one exception is the other side of a test it reads as "one rank"
+  under a rank test, a function every call of which in the file stands under such a test
+  (`save_checkpoint(model, path)` called only as `if rank == 0: save_checkpoint(...)`). The one exception is the other side of a test it reads as "one rank"
   (the `else:` of `if rank == 0:`, the rest of a function after `if rank == 0: return`):
   every rank but one runs that code, and it is reported when no other test narrows it.
 - A path it cannot read is assumed to be the same on every rank, unless it names a rank
@@ -187,7 +188,7 @@ distributed checkpoint depends on what the state holds.
             if path is not site.node and per_rank_path(facts, site, path):
                 continue
             others = on_every_rank_but_one(facts, site.ctx)
-            if restricted_to_some_ranks(facts, site.ctx) and others is None:
+            if restricted_to_some_ranks(facts, site.ctx, callers=True) and others is None:
                 continue  # a rank test, a single-process branch, a one-rank decorator (facts.ranks)
             function = site.ctx.function
             if function is not None and any(mentions_rank(d.decorator) for d in function.decorators):
