@@ -30,9 +30,10 @@ file's own facts (``facts.helpers.summaries``, the facts every rule reads).
   that name FSDP are scanned once per root for what they import (``importers``); an
   importer's calls of the file's top-level functions are read with its own facts
   (``facts.passed_arguments``: which arguments hold FSDP modules it wraps, which are rank
-  tests or made on one rank, by content of the importer), and ``fsdp_modules.origins_with_callers``
-  gives a parameter those modules (``Origins.external``), ``facts.callers`` the rest.  The gate's "fsdp1_passed" fact holds where such an importer
-  exists; ``tag`` then also depends on the importers' contents.
+  tests or made on one rank, by content of the importer); ``fsdp_modules.origins_with_callers``
+  gives a parameter those modules (``Origins.external``), ``facts.callers`` the rest.  The
+  gate's "fsdp1_passed" fact holds where such an importer exists; ``tag`` then also depends
+  on the importers' contents (``CALLER_DEPTH`` levels of them).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
 from fsdp_lint.facts.state_dicts import state_dict_type_set_for
-from fsdp_lint.facts.summon import summon_calls, summons_entering
+from fsdp_lint.facts.summon import summon_ids, summons_entering
 from fsdp_lint.facts.values import first_positional, positional_args
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_norm, sharded_parameter
 
@@ -334,13 +334,13 @@ def in_fsdp_program(facts: ModuleFacts) -> bool:
     """The module is part of an FSDP program: it builds an FSDP model, or gathers one with
     ``summon_full_params`` (a helper module such as ``fsdp_model_params.py``, handed the
     model by its caller).  Where ``torch.distributed`` collectives count for FSD104."""
-    return uses_fsdp(facts) or bool(facts.cached("summon_ids", lambda f: {id(s.node) for s in summon_calls(f)}))
+    return uses_fsdp(facts) or bool(summon_ids(facts))
 
 
 def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]:
     node = site.node
     func = node.func
-    if facts.cached("summon_ids", lambda f: {id(s.node) for s in summon_calls(f)}).__contains__(id(node)):
+    if id(node) in summon_ids(facts):
         if sharded_later(facts, _model_arg(node), site):
             return None
         return Collective("`summon_full_params` (an all-gather)")

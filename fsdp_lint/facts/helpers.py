@@ -26,8 +26,8 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.collectives import (
-    in_fsdp_program,
     DIST_COLLECTIVES, FORWARD_ADVICE, FRAMEWORK_GATHERS, GATHER_ADVICE, forward_gathers, gathers_full_state_dict,
+    in_fsdp_program,
     may_forward_gather,
     not_sharded_here, on_other_ranks_side,
     on_subgroup,
@@ -44,7 +44,7 @@ from fsdp_lint.facts.optimizers import optimizers
 from fsdp_lint.facts.processes import holds_when_sharded
 from fsdp_lint.facts.ranks import mentions_rank, per_rank_path, restricted_to_some_ranks, value_parts
 from fsdp_lint.facts.scopes import latest_binding, lookup, module_functions
-from fsdp_lint.facts.summon import summon_calls
+from fsdp_lint.facts.summon import summon_ids
 from fsdp_lint.facts.values import bind_arguments, first_positional
 
 MAX_DEPTH = 3
@@ -288,7 +288,7 @@ class _Summarizer:
     def _collective(self, info: FunctionInfo, site: CallSite, helper: Helper, depth: int) -> None:
         facts = self.facts
         node, func = site.node, site.node.func
-        summons = facts.cached("summon_ids", lambda f: {id(s.node) for s in summon_calls(f)})
+        summons = summon_ids(facts)
         qualname = facts.qualname(func) or ""
         if id(node) in summons:
             param = _param(facts, info, _model_arg(node), site)

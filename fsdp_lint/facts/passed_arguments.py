@@ -102,17 +102,12 @@ def _argument(facts: ModuleFacts, expr, site) -> dict:
 def external_wraps(records: List[dict], params: Tuple[str, ...], param: str) -> List[ExternalWrap]:
     """The FSDP modules the calls ``records`` (of one function, with ``place`` added) pass
     for ``param`` of its parameters ``params``."""
-    if param not in params:
-        return []
-    keys = (str(params.index(param)), param)
     found = []
-    for record in records:
-        for key in keys:
-            data = record["args"].get(key)
-            if data is not None and "fsdp" in data:
-                sharding = data.get("sharding")
-                found.append(ExternalWrap(data["fsdp"] == 2, tuple(sharding) if sharding is not None else None,
-                                          record["place"]))
+    for record, data in zip(records, argument_records(records, params, param)):
+        if data is not None and "fsdp" in data:
+            sharding = data.get("sharding")
+            found.append(ExternalWrap(data["fsdp"] == 2, tuple(sharding) if sharding is not None else None,
+                                      record["place"]))
     return found
 
 

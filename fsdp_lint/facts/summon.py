@@ -9,7 +9,7 @@ form ``m.summon_full_params(m, ...)``.  fairscale's instance method
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -171,6 +171,11 @@ def summon_on_other_class(facts: ModuleFacts, func: cst.BaseExpression) -> bool:
 def summon_calls(facts: ModuleFacts) -> List[SummonCall]:
     return facts.cached("summon_calls", _compute)
 
+
+
+def summon_ids(facts: ModuleFacts) -> Set[int]:
+    """The ids of the call nodes of ``summon_calls``, for a membership test."""
+    return facts.cached("summon_ids", lambda f: {id(s.node) for s in summon_calls(f)})
 
 def summons_entering(facts: ModuleFacts, block) -> List[SummonCall]:
     """The summon calls that a with-statement enters."""
