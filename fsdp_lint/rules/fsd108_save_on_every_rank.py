@@ -7,7 +7,8 @@ from fsdp_lint.facts.flow import exclusive
 from fsdp_lint.facts.frameworks import launched_prepares
 from fsdp_lint.facts.fsdp_modules import fsdp_modules, names_a_model
 from fsdp_lint.facts.helper_summary import argument
-from fsdp_lint.facts.helpers import helper_at
+from fsdp_lint.facts.dataflow import calls_of
+from fsdp_lint.facts.helpers import helper_at, summaries
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.ranks import mentions_rank, on_every_rank_but_one, per_rank_path, restricted_to_some_ranks
 from fsdp_lint.facts.values import bind_arguments, literal_bool
@@ -53,7 +54,10 @@ level code that does, or shards through a helper): a save inside a helper such a
 *call* is what is checked there. A helper of this file or of another file of the project
 (found through the imports) that saves with `torch.save`/safetensors on every call (no rank
 test, no early exit, a path that is not per rank in it) is flagged where that function
-calls it on every rank, to the path it passes (or its own). It does not flag distributed checkpointing
+calls it on every rank, to the path it passes (or its own); where such a helper itself sets
+up the run or works with FSDP modules (`FSDP.state_dict_type` in a checkpoint helper) and
+every call of it in the file is checked so, the finding is at those calls, not also at its
+save. It does not flag distributed checkpointing
 (`torch.distributed.checkpoint.save`, `dcp.save`: every rank must call it),
 `save_pretrained(..., is_main_process=...)` (transformers writes only where it is true),
 `tokenizer.save_pretrained` / `config.save_pretrained` (small identical text files; racy in
@@ -190,6 +194,8 @@ distributed checkpoint depends on what the state holds.
             others = on_every_rank_but_one(facts, site.ctx)
             if restricted_to_some_ranks(facts, site.ctx, callers=True) and others is None:
                 continue  # a rank test, a single-process branch, a one-rank decorator (facts.ranks)
+            if others is None and self._checked_at_its_calls(facts, site, anchors):
+                continue
             function = site.ctx.function
             if function is not None and any(mentions_rank(d.decorator) for d in function.decorators):
                 continue  # ``@rank_zero_only`` (Lightning) runs the function on rank 0 only
@@ -207,6 +213,23 @@ distributed checkpoint depends on what the state holds.
                 "the path, or use torch.distributed.checkpoint",
                 statement=site.ctx.statement,
             )
+
+    @staticmethod
+    def _checked_at_its_calls(facts, site, anchors) -> bool:
+        """The save is what its function, a helper of this file that saves on every call,
+        does (``facts.helpers``), and every call of that function in the file stands where
+        this rule checks calls (a function with an anchor on its path): each call is then
+        reported where it stands, where the fix goes, and the save is not reported again."""
+        function = site.ctx.function
+        if function is None:
+            return False
+        helper = summaries(facts).get(function.name.value)
+        if helper is None or helper.save_at is not site.node:
+            return False
+        calls = [facts.call_site(call) for call in calls_of(facts, function)]
+        return bool(calls) and all(
+            call is not None and any(not exclusive(ctx, call.ctx) for ctx in anchors.get(id(call.ctx.function), ()))
+            for call in calls)
 
     @staticmethod
     def _after_early_exit(facts, site, report) -> bool:
