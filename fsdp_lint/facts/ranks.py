@@ -34,7 +34,7 @@ from typing import Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.callers import passed_for
-from fsdp_lint.facts.dataflow import calls_of, sources
+from fsdp_lint.facts.dataflow import Sources, calls_of, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, ModuleFacts
 from fsdp_lint.facts.processes import in_single_process_branch, integer_value as _integer, last_name as _last, single_process_branch
@@ -207,7 +207,7 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         answers.add(_passed_rank_test(facts, name, where, depth))
     if not found.found and not found.open_params and "." in dotted:
         return _attribute_rank_test(facts, dotted, depth)
-    if answers == {None} and set_on_one_rank(facts, test, ctx, order):
+    if answers == {None} and set_on_one_rank(facts, test, ctx, order, found):
         return "body"  # ``if eval_model:`` where only rank 0 builds one
     return answers.pop() if answers and len(answers) == 1 else None
 
@@ -219,21 +219,23 @@ def _is_none(expr) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "None"
 
 
-def set_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
+def set_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int, found: Optional[Sources] = None) -> bool:
     """Every value ``expr`` may hold is ``None`` (or ``False``) except values made only on
     one rank: ``eval_model = build() if rank == 0 else None``, ``writer = None`` then ``if
     is_main: writer = SummaryWriter()``, a method that returns None off rank 0.  A test of
     it (``if eval_model is not None:``) then restricts its branch to that rank.  A
     parameter read on its own holds what its function's callers pass (``facts.callers``,
     in this file and in other project files): ``self.eval_fn`` bound from ``__init__``'s
-    ``eval_fn``, where the launcher builds that function on the main process only."""
+    ``eval_fn``, where the launcher builds that function on the main process only.
+    ``found``: ``sources`` of ``expr`` where the caller has them already."""
     busy = facts.cached("ranks_values_in_progress", lambda f: set())
     key = id(expr)
     if key in busy:
         return False
     busy.add(key)
     try:
-        found = sources(facts, expr, ctx, order)
+        if found is None:
+            found = sources(facts, expr, ctx, order)
         if found.other_gaps or not (found.found or found.open_params):
             return False
         made = False
