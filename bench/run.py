@@ -60,13 +60,13 @@ PARSE = (
 )
 
 
-def timed(command, cwd=None, limit=None):
+def timed(command, cwd=None, limit=None, env=None):
     """(seconds, peak RSS in MiB) of one whole process (None when it ran past ``limit``)."""
     start = time.perf_counter()
     # a session of its own, so a run given up is ended with its workers (a process pool's
     # children outlive a killed parent)
     proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     while True:
         pid, _, usage = os.wait4(proc.pid, 0 if limit is None else os.WNOHANG)
         if pid:
@@ -110,14 +110,14 @@ def load() -> str:
 
 
 class Row:
-    def __init__(self, title, command, runs, limit=None):
-        self.title, self.command, self.runs, self.limit = title, command, runs, limit
+    def __init__(self, title, command, runs, limit=None, env=None, cwd=None):
+        self.title, self.command, self.runs, self.limit, self.env, self.cwd = title, command, runs, limit, env, cwd
         self.times, self.peak, self.timed_out = [], 0.0, False
 
     def run_once(self):
         if self.timed_out or len(self.times) >= self.runs:
             return
-        got = timed(self.command, limit=self.limit)
+        got = timed(self.command, cwd=self.cwd, limit=self.limit, env=self.env)
         if got is None:
             self.timed_out = True
             return
@@ -139,16 +139,22 @@ def bench_tree(label, tree: Path, args, lines, single_file=None):
     rows = [Row("fsdp-lint (cold, --no-cache)", me + ["--no-cache", str(tree)], args.repeat)]
     subprocess.run(me + ["--cache-dir", cache, str(tree)], stdout=subprocess.DEVNULL)
     rows.append(Row("fsdp-lint (warm cache)", me + ["--cache-dir", cache, str(tree)], args.repeat))
+    for baseline in args.baseline:  # another fsdp-lint, timed in the same rounds
+        folder = str(Path(baseline).resolve())  # run from there: ``-m`` puts the working folder first
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (folder, os.environ.get("PYTHONPATH")))))
+        rows.append(Row(f"fsdp-lint at {Path(baseline).name} (cold, --no-cache)",
+                        me + ["--no-cache", str(tree.resolve())], args.repeat, env=env, cwd=folder))
     ruff = find("ruff", args.peers_bin)
     if ruff:
         rows.append(Row("ruff --select E,F", [ruff, "check", "--select", "E,F", "--exit-zero", "--no-cache", str(tree)],
                         args.repeat))
     else:
         print("ruff not found: pip install ruff (or --peers-bin)", flush=True)
-    rows.append(Row("flake8 --select FSD (fsdp-lint plugin)",
-                    [sys.executable, "-m", "flake8", "--select", "FSD", "-j", jobs, str(tree)],
-                    args.peer_repeat, args.peer_limit))
-    if args.bare_parse:
+    if args.peer_repeat:  # 0: the slow peers are left out
+        rows.append(Row("flake8 --select FSD (fsdp-lint plugin)",
+                        [sys.executable, "-m", "flake8", "--select", "FSD", "-j", jobs, str(tree)],
+                        args.peer_repeat, args.peer_limit))
+    if args.bare_parse and args.peer_repeat:
         rows.append(Row(f"bare libcst parse ({jobs} processes)",
                         [sys.executable, "-c", PARSE, str(listing), jobs], args.peer_repeat, args.peer_limit))
     extra = {
@@ -196,7 +202,11 @@ def main(argv=None):
     parser.add_argument("--file", default="peft-0.21.2/tests/test_custom_models.py",
                         help="a file of the dense corpus timed alone")
     parser.add_argument("--repeat", type=int, default=5, help="runs of fsdp-lint and ruff")
-    parser.add_argument("--peer-repeat", type=int, default=1, help="runs of the slow peers (flake8, libcst parse)")
+    parser.add_argument("--peer-repeat", type=int, default=1,
+                        help="runs of the slow peers (flake8, libcst parse; 0 leaves them out)")
+    parser.add_argument("--baseline", action="append", default=[],
+                        help="a folder holding another fsdp_lint package (e.g. an older commit's, from git "
+                             "archive): timed cold in the same rounds, with PYTHONPATH set to it (repeatable)")
     parser.add_argument("--peer-limit", type=float, default=300.0, help="seconds before a slow peer's run is given up")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--generated", type=int, default=0, help="files in an every-file-a-candidate tree (0: skip)")
