@@ -23,14 +23,17 @@ facts it asks, and errs on "can fire":
   in one ``def`` (lambdas count as their ``def``; module level and class bodies are one
   place, as for the facts, whose ``ctx.function`` is None for both);
 - a site under a rank test must stand under an ``if`` of its own function (the facts'
-  guards: an ``if``'s branches, and the rest of a block after an ``if`` with an exiting
-  branch; a lambda has none), or in a function with a one-rank decorator.
+  guards: an ``if``'s branches, the arms of ``a if test else b``, and the rest of a block
+  after an ``if`` with an exiting branch; a lambda has none), or in a function with a
+  one-rank decorator;
+- a fact that a call's arguments alone decide (``collectives.on_subgroup``,
+  ``frameworks.plugin_keeps_orig_params``) is evaluated here by its own definition, over
+  the call's shape (``facts.call_shape``: the same reading of a libcst and an ``ast`` call).
 
 A rule declares what can make it fire in its own module (``Rule.gate_facts``,
 ``gate_calls``, ``gate_torch_only``, ``gate_bare``, ``gate_arguments``, ``gate_names``,
-``gate_sites``) and ``declared`` derives
-its screen; FSD001, FSD003, FSD010 and FSD101-FSD108 still have hand-written ones in
-``_SCREENS``.  A rule with neither is always kept (and the slice then runs its whole
+``gate_sites``, ``gate_receiver``, ``gate_helper_kinds``, ``gate_anchors``) and ``declared``
+derives its screen; FSD101 and FSD104 still have hand-written ones in ``_SCREENS``.  A rule with neither is always kept (and the slice then runs its whole
 closure).
 ``tests/test_screen.py`` checks, on every fixture, on code written to reach each
 condition's corners and on generated modules, that the screen changes no diagnostic.  What
@@ -47,9 +50,12 @@ import warnings
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
+from fsdp_lint.facts.call_shape import of_ast
+from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS, on_subgroup
 from fsdp_lint.facts.dataflow import RETURNS_SELF
-from fsdp_lint.facts.frameworks import ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN, LIGHTNING_TRAINER, WITH_FSDP
+from fsdp_lint.facts.frameworks import (
+    ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN, LIGHTNING_TRAINER, WITH_FSDP, plugin_keeps_orig_params,
+)
 from fsdp_lint.facts.optimizers import OPTIMIZER_NAME, optimizer_like_name
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
 from fsdp_lint.facts.ranks import MAIN_FLAGS, ONE_RANK_DECORATORS, RANK_CALLS, RANK_ENV, RANK_NAME
@@ -247,6 +253,12 @@ class Summary:
                 inner = guards + (node.test,)
                 _block(node.orelse, key, inner, push)
                 _block(node.body, key, inner, push)
+                push((node.test, key, holders, guards))
+                continue
+            if kind is ast.IfExp:  # ``a if test else b``: the facts guard each arm as an ``if``'s branch
+                inner = guards + (node.test,)
+                push((node.orelse, key, holders, inner))
+                push((node.body, key, holders, inner))
                 push((node.test, key, holders, guards))
                 continue
             if kind in (ast.FunctionDef, ast.AsyncFunctionDef):
@@ -824,20 +836,13 @@ def _builds_optimizer(s: Summary, call: ast.Call) -> bool:
 
 
 def _stale_plugin(s: Summary) -> bool:
-    """``frameworks._stale_plugin``: ``FullyShardedDataParallelPlugin(use_orig_params=False)``
-    (a literal False or 0, written as a keyword), or without ``use_orig_params`` (its default
-    then comes from how the project starts the file: ``default_use_orig_params``)."""
-    for frame in s.frames.values():
-        for call in frame.calls:
-            if s.callee(call).isdisjoint(FSDP_PLUGIN):
-                continue
-            if not any(k.arg == "use_orig_params" for k in call.keywords):
-                return True
-            for keyword in call.keywords:
-                value = keyword.value.value if type(keyword.value) is ast.Constant else None
-                if keyword.arg == "use_orig_params" and type(value) in (bool, int) and value == 0:
-                    return True
-    return False
+    """``frameworks._stale_plugin``: an FSDP plugin whose arguments say ``use_orig_params``
+    is off or leave it to its default (``frameworks.plugin_keeps_orig_params``; the
+    default comes from how the project starts the file, which this stage does not read)."""
+    return any(
+        plugin_keeps_orig_params(of_ast(call)) is not True
+        for frame in s.frames.values() for call in frame.calls if not s.callee(call).isdisjoint(FSDP_PLUGIN)
+    )
 
 
 def _fsd101(s: Summary) -> Iterator[ast.AST]:
@@ -992,16 +997,9 @@ def _nested_units_possible(s: Summary) -> bool:
 
 
 def _on_subgroup(call: ast.Call, names: Set[str]) -> bool:
-    """``collectives._on_subgroup``: a ``group=`` other than None, or one passed by position
-    (for every name the callee may have)."""
-    for keyword in call.keywords:
-        if keyword.arg in ("group", "process_group"):
-            return not (type(keyword.value) is ast.Name and keyword.value.id == "None")
-    positional = sum(1 for a in call.args if type(a) is not ast.Starred)
-    return all(
-        positional > (0 if name.rsplit(".", 1)[-1] in ("barrier", "monitored_barrier") else 2)
-        for name in names & _DIST
-    )
+    """``collectives.on_subgroup`` for every name the callee may have."""
+    shape = of_ast(call)
+    return all(on_subgroup(shape, name.rsplit(".", 1)[-1]) for name in names & _DIST)
 
 
 def _is_fsdp1_wrap(s: Summary, node: ast.AST) -> bool:

@@ -25,6 +25,7 @@ import pytest
 from fsdp_lint.engine import GATE_ENV
 from fsdp_lint.rules import ALL_RULES
 from tests.generated_modules import modules
+from tests.mutated_fixtures import mutants
 from tests.helpers import FIXTURE_TARGET
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,6 +135,24 @@ def test_generated_modules_same_with_and_without_the_gate(tmp_path):
     whole = _run([tmp_path], gate=False)
     assert len({r["code"] for r in whole}) >= 10, "the generated modules reach most rules"
     assert _run([tmp_path]) == whole
+
+
+def test_mutated_fixtures_same_with_and_without_the_gate(tmp_path):
+    """Two mutants of every fixture (``tests/mutated_fixtures.py``: literals swapped in,
+    keywords dropped or passed by position or through ``**``, comparisons flipped, tests
+    negated, names respelled, code moved into a function). Found this way: a gate that
+    took ``group=None`` for a subgroup, one that saw no rank test in ``a if rank == 0 else
+    b``, and text markers that needed the name of an argument passed by position."""
+    count = 0
+    for path, index, text in mutants(sorted(FIXTURES.rglob("*.py")), per_file=2, seed=20261207):
+        folder = tmp_path / path.relative_to(FIXTURES).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{path.stem}__{index}.py").write_text(text, encoding="utf-8")
+        count += 1
+    assert count > 500, "the fixtures give mutants"
+    whole = _run([tmp_path], gate=False, jobs=2)
+    assert len({r["code"] for r in whole}) >= 20, "the mutants still reach most rules"
+    assert _run([tmp_path], jobs=2) == whole
 
 
 def _firing(code):

@@ -21,6 +21,7 @@ from typing import Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.call_shape import CallShape, of_cst
 from fsdp_lint.facts.conditions import tested_not_instance
 from fsdp_lint.facts.flow import exclusive
 from fsdp_lint.facts.fsdp_modules import (
@@ -32,7 +33,7 @@ from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch
 from fsdp_lint.facts.state_dicts import state_dict_type_set_for
 from fsdp_lint.facts.summon import summon_ids, summons_entering
-from fsdp_lint.facts.values import first_positional, positional_args
+from fsdp_lint.facts.values import first_positional
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_norm, sharded_parameter
 
 DIST_COLLECTIVES = frozenset(
@@ -124,14 +125,15 @@ def sharded_later(facts: ModuleFacts, expr: Optional[cst.BaseExpression], site: 
     return False
 
 
-def _on_subgroup(call: cst.Call, name: str) -> bool:
-    """A ``group=`` other than None (or one passed by position) restricts the collective."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value in ("group", "process_group"):
-            return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
-    positional = positional_args(call)
-    group_position = 0 if name in ("barrier", "monitored_barrier") else 2
-    return len(positional) > group_position
+def on_subgroup(shape: CallShape, name: str) -> bool:
+    """A ``group=``/``process_group=`` other than None (or a group passed by position: the
+    first argument of ``barrier``, the third of the others) restricts the collective
+    ``name`` to the group's members.  Read off the call's shape (``call_shape``): the
+    ``ast`` gate asks this same definition."""
+    for keyword, value in shape.keywords.items():
+        if keyword in ("group", "process_group"):
+            return value is not None
+    return shape.positional > (0 if name in ("barrier", "monitored_barrier") else 2)
 
 
 def _rank_side(facts: ModuleFacts, site: CallSite):
@@ -326,10 +328,6 @@ def not_sharded_here(facts: ModuleFacts, model, site: CallSite) -> bool:
     return _not_sharded_here(facts, model, site)
 
 
-def on_subgroup(call: cst.Call, name: str) -> bool:
-    return _on_subgroup(call, name)
-
-
 def in_fsdp_program(facts: ModuleFacts) -> bool:
     """The module is part of an FSDP program: it builds an FSDP model, or gathers one with
     ``summon_full_params`` (a helper module such as ``fsdp_model_params.py``, handed the
@@ -392,7 +390,7 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
         and in_fsdp_program(facts)
     ):
         name = qualname.rsplit(".", 1)[-1]
-        if _on_subgroup(node, name):
+        if on_subgroup(of_cst(node), name):
             return None  # only the group's members take part
         return Collective(f"`{name}` (a collective)", balanced_by=qualname,
                           advice=GATHER_ADVICE if name in DIST_GATHERS else EVERY_RANK_ADVICE)

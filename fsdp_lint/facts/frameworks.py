@@ -31,10 +31,11 @@ from typing import List, Optional
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.call_shape import CallShape, of_cst
 from fsdp_lint.facts.dataflow import dict_entries, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
-from fsdp_lint.facts.values import keyword_args, literal_bool, literal_string
+from fsdp_lint.facts.values import keyword_args, literal_string
 
 ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 FABRIC = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric", "lightning.fabric.fabric.Fabric"})
@@ -259,18 +260,28 @@ def _stale_plugin(facts: ModuleFacts) -> Optional[cst.Call]:
         qualname = facts.qualname(site.node.func) or ""
         if qualname not in FSDP_PLUGIN:
             continue
-        kwargs = keyword_args(site.node)
-        if any(a.star for a in site.node.args):
-            continue
-        version = kwargs.get("fsdp_version")
-        if version is not None and not (isinstance(version.value, cst.Integer) and version.value.value == "1"):
-            continue
-        orig = kwargs.get("use_orig_params")
-        if orig is not None and literal_bool(orig.value) is False:
+        shape = of_cst(site.node)
+        said = plugin_keeps_orig_params(shape)
+        if said is False:
             return site.node
-        if orig is None and default_use_orig_params(facts, version is not None) is False:
+        if said is None and default_use_orig_params(facts, "fsdp_version" in shape.keywords) is False:
             return site.node
     return _stale_launch(facts)
+
+
+def plugin_keeps_orig_params(shape: CallShape) -> Optional[bool]:
+    """What an FSDP plugin's arguments (``call_shape``) say about ``use_orig_params`` for
+    an FSDP1 wrap: False for ``use_orig_params=False`` (or 0), None when they leave it to
+    its default (``default_use_orig_params``), True when it is on, the plugin is not FSDP1
+    (``fsdp_version`` other than a literal 1) or ``*``/``**`` arguments may set it.  The
+    ``ast`` gate asks this same definition (``screen``)."""
+    if shape.star or shape.double_star:
+        return True
+    version = shape.literal("fsdp_version", default=1)
+    if not (type(version) is int and version == 1):
+        return True
+    said = shape.flag("use_orig_params", default=None)
+    return None if said is None else said is not False
 
 
 def _stale_launch(facts: ModuleFacts) -> Optional[cst.Call]:

@@ -33,6 +33,7 @@ from fsdp_lint.facts.collectives import (
     on_subgroup,
     torch_collective,
 )
+from fsdp_lint.facts.call_shape import of_cst
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_module
 from fsdp_lint.facts.frameworks import framework_collective
 from fsdp_lint.facts.dataflow import sources
@@ -315,7 +316,7 @@ class _Summarizer:
             return
         name = qualname.rsplit(".", 1)[-1]
         if qualname.startswith("torch.distributed.") and qualname.count(".") == 2 and name in DIST_COLLECTIVES:
-            if not on_subgroup(node, name):
+            if not on_subgroup(of_cst(node), name):
                 helper.collective, helper.collective_at, helper.needs = f"`{name}` (a collective)", node, "fsdp-file"
                 helper.advice, helper.balanced_by = "every rank must call it: move it out of the rank test", qualname
             return

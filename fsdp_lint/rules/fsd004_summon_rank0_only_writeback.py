@@ -14,7 +14,7 @@ class SummonRank0OnlyWriteback(Rule):
     name = "summon-rank0-only-writeback"
     summary = "`rank0_only=True` with `writeback` missing or True: always NotImplementedError"
     fix_availability = FIX_SOMETIMES
-    markers = (("summon_full_params",), ("rank0_only",))
+    markers = (("summon_full_params",),)  # rank0_only may be passed by position
     gate_calls = frozenset({torch_api.SUMMON})
     gate_torch_only = True
     gate_arguments = {"rank0_only": torch_api.SUMMON_PARAMS.index("rank0_only")}

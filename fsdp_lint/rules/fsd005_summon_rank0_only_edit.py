@@ -14,7 +14,7 @@ class SummonRank0OnlyEdit(Rule):
     name = "summon-rank0-only-edit"
     summary = "parameters edited in a `rank0_only=True` summon, or on rank 0 only in a writeback summon"
     fix_availability = FIX_NEVER
-    markers = (("summon_full_params",), ("rank",))
+    markers = (("summon_full_params",),)  # rank0_only may be passed by position
     gate_calls = frozenset({torch_api.SUMMON})
     gate_torch_only = True
     gate_sites = True

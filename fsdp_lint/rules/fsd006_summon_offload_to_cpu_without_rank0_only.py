@@ -16,7 +16,7 @@ class SummonOffloadToCpuWithoutRank0Only(Rule):
     name = "summon-offload-to-cpu-without-rank0-only"
     summary = "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model to host memory"
     fix_availability = FIX_SOMETIMES
-    markers = (("summon_full_params",), ("offload_to_cpu",))
+    markers = (("summon_full_params",),)  # offload_to_cpu may be passed by position
     gate_calls = frozenset({torch_api.SUMMON})
     gate_torch_only = True
     gate_arguments = {"offload_to_cpu": torch_api.SUMMON_PARAMS.index("offload_to_cpu")}

@@ -13,7 +13,7 @@ class SummonWithGradsUnsupported(Rule):
     name = "summon-with-grads-unsupported"
     summary = "`with_grads=True` with `offload_to_cpu=True` or without `use_orig_params=True`: NotImplementedError"
     fix_availability = FIX_NEVER
-    markers = (("summon_full_params",), ("with_grads",))
+    markers = (("summon_full_params",),)  # with_grads may be passed by position
     gate_calls = frozenset({torch_api.SUMMON})
     gate_torch_only = True
     gate_arguments = {"with_grads": torch_api.SUMMON_PARAMS.index("with_grads")}

@@ -16,7 +16,8 @@ class SummonOffloadToCpuNoShard(Rule):
     name = "summon-offload-to-cpu-no-shard"
     summary = "`offload_to_cpu=True` on a model wrapped with `ShardingStrategy.NO_SHARD`: NotImplementedError"
     fix_availability = FIX_SOMETIMES
-    markers = (("summon_full_params", "state_dict_type", "set_state_dict_type"), ("NO_SHARD",), ("offload_to_cpu", "FullStateDictConfig"))
+    # offload_to_cpu may be passed by position (to summon_full_params or FullStateDictConfig)
+    markers = (("summon_full_params", "state_dict_type", "set_state_dict_type"), ("NO_SHARD",))
     paths_fixed_in = {"state-dict": "2.1"}
     gate_names = frozenset({"NO_SHARD"})
     gate_calls = frozenset({torch_api.SUMMON, "state_dict_type", "set_state_dict_type"})
