@@ -1169,3 +1169,65 @@ def test_an_fsdp_type_test_through_a_predicate_of_the_file():
     found = summaries(facts)
     assert found["gather"].collective and found["gather"].model == "model"
     assert "gather_big" not in found or not found["gather_big"].collective
+
+
+def test_a_dict_filled_item_by_item_holds_what_was_written_before_its_use():
+    from fsdp_lint.facts.dataflow import item_writes
+
+    facts = _facts(
+        """
+        def shard(model, args):
+            kwargs = {}
+            kwargs["mp_policy"] = policy()
+            fully_shard(model, **kwargs)
+            kwargs["late"] = 1
+            maybe = {}
+            if args.bf16:
+                maybe["mp_policy"] = policy()
+            fully_shard(model, **maybe)
+            opaque = {}
+            opaque[args.key] = 1
+            fully_shard(model, **opaque)
+            updated = {}
+            updated.update(other)
+            fully_shard(model, **updated)
+        """
+    )
+    uses = [s for s in facts.calls if facts.module.code_for_node(s.node).startswith("fully_shard(")]
+    first, second, third, fourth = uses
+    plain = item_writes(facts, "kwargs", first.ctx, first.order)
+    assert sorted(plain.entries) == ["mp_policy"] and plain.readable  # not the write after the use
+    guarded = item_writes(facts, "maybe", second.ctx, second.order)
+    assert sorted(guarded.entries) == ["mp_policy"] and guarded.conditional and not guarded.readable
+    assert item_writes(facts, "opaque", third.ctx, third.order).opaque
+    assert item_writes(facts, "updated", fourth.ctx, fourth.order).opaque
+
+
+def test_frozen_modules_are_those_every_parameter_of_which_is_frozen_before_the_use():
+    from fsdp_lint.facts.optimizers import frozen_modules
+
+    facts = _facts(
+        """
+        def lora(model, encoder):
+            for name, param in model.named_parameters():
+                param.requires_grad = False
+            encoder.requires_grad_(False)
+            use()
+
+        def partial(model):
+            for name, param in model.named_parameters():
+                if "head" not in name:
+                    param.requires_grad = False
+            use()
+
+        def thawed(model):
+            model.requires_grad_(False)
+            model.head.requires_grad_(True)
+            use()
+        """
+    )
+    uses = [s for s in facts.calls if facts.module.code_for_node(s.node) == "use()"]
+    assert frozen_modules(facts, uses[0].ctx.function, uses[0].order) == {"model", "encoder"}
+    assert frozen_modules(facts, uses[0].ctx.function, 0) == frozenset()  # not yet at the start
+    assert frozen_modules(facts, uses[1].ctx.function, uses[1].order) == frozenset()  # only some
+    assert frozen_modules(facts, uses[2].ctx.function, uses[2].order) == frozenset()  # turned back on

@@ -21,7 +21,7 @@ from typing import List, Optional, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.model import Binding, Context, Guard, ModuleFacts
+from fsdp_lint.facts.model import Binding, Context, Guard, ModuleFacts, Mutation
 from fsdp_lint.facts.scopes import (
     argument_for, calls_by_callee_name, function_info, lookup, methods_of, module_functions,
 )
@@ -230,6 +230,72 @@ def dict_entries(facts: ModuleFacts, value: cst.BaseExpression) -> Optional[dict
             entries[arg.keyword.value] = arg.value
         return entries
     return None
+
+
+def written_value(write: Mutation, target: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The value a plain assignment writes to ``target`` (an attribute or subscript the
+    ``Mutation`` records: ``p.requires_grad = False``, ``cfg["key"] = value``); None for
+    ``+=``, ``del`` and the targets of a call."""
+    statement = write.ctx.statement
+    assign = next((a for a in getattr(statement, "body", ()) if isinstance(a, cst.Assign)
+                   and any(t.target is target for t in a.targets)), None)
+    return assign.value if assign is not None else None
+
+
+# methods that change a dict in place: what it holds after one of them is not read
+DICT_MUTATORS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"})
+
+
+@dataclass
+class ItemWrites:
+    """What a function writes into a dict item by item (``item_writes``): ``entries``,
+    key -> (value, its write), for ``name["key"] = value`` with a literal key before the
+    use; ``opaque`` when some write anywhere in the function cannot be read (a key that is
+    not a literal, ``del name[...]``, ``name[k] += ...``, ``name.update(...)`` and the
+    other ``DICT_MUTATORS``)."""
+
+    entries: dict = field(default_factory=dict)
+    opaque: bool = False
+    # some entry is written under an ``if`` the use does not stand under: it may be missing
+    # (or hold the display's value) at the use
+    conditional: bool = False
+
+    @property
+    def readable(self) -> bool:
+        """Every write is read and runs whenever the use does: the dict at the use is the
+        display with ``entries`` written over it."""
+        return not self.opaque and not self.conditional
+
+
+def item_writes(facts: ModuleFacts, name: str, ctx: Context, order: int) -> ItemWrites:
+    """The writes into the dict held by ``name`` in the function of ``ctx`` (module level:
+    None), ``order`` being where the dict is used (``fsdp_kwargs = {}``, then
+    ``fsdp_kwargs["mp_policy"] = MixedPrecisionPolicy(...)``, then
+    ``fully_shard(m, **fsdp_kwargs)``).  A write under an ``if`` that the use does not
+    stand under is one that may have run (``conditional``)."""
+    found = ItemWrites()
+    for write in facts.mutations:
+        if write.ctx.function is not ctx.function:
+            continue
+        for target in write.targets:
+            if not (isinstance(target, cst.Subscript) and dotted_name(target.value) == name):
+                continue
+            index = target.slice[0].slice if len(target.slice) == 1 else None
+            key = literal_string(index.value) if isinstance(index, cst.Index) else None
+            value = written_value(write, target)
+            if key is None or value is None:
+                found.opaque = True  # ``d[k] = v``, ``del d["k"]``, ``d["k"] += v``
+            elif write.order < order:  # (a write records the order reached, not one of its own)
+                found.entries[key] = (value, write)
+                guards = write.ctx.guards
+                if ctx.guards[:len(guards)] != guards:
+                    found.conditional = True
+    for site in facts.calls:
+        func = site.node.func
+        if (site.ctx.function is ctx.function and isinstance(func, cst.Attribute)
+                and func.attr.value in DICT_MUTATORS and dotted_name(func.value) == name):
+            found.opaque = True
+    return found
 
 
 def _item(facts: ModuleFacts, expr: cst.Subscript, ctx: Context, order: int, via, depth) -> Sources:

@@ -32,7 +32,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.call_shape import CallShape, of_cst
-from fsdp_lint.facts.dataflow import dict_entries, sources
+from fsdp_lint.facts.dataflow import dict_entries, item_writes, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.values import keyword_args, literal_string
@@ -189,25 +189,13 @@ def _dict_turns_fsdp_on(facts: ModuleFacts, site: CallSite, value) -> bool:
 
 def _item_turns_fsdp_on(facts: ModuleFacts, site: CallSite, value) -> bool:
     """``args["fsdp"] = "full_shard auto_wrap"`` (a literal key) in the same function, before
-    ``SFTConfig(**args)``: the dict is filled item by item (perhaps under an ``if``: FSDP may
-    be on)."""
+    ``SFTConfig(**args)`` (``dataflow.item_writes``): the dict is filled item by item
+    (perhaps under an ``if``: FSDP may be on)."""
     name = dotted_name(value)
     if name is None:
         return False
-    for write in facts.mutations:
-        subscript = write.node
-        if write.ctx.function is not site.ctx.function or write.order > site.order:
-            continue
-        if not (isinstance(subscript, cst.Subscript) and dotted_name(subscript.value) == name
-                and len(subscript.slice) == 1 and isinstance(subscript.slice[0].slice, cst.Index)):
-            continue
-        statement = write.ctx.statement
-        assign = next((s for s in getattr(statement, "body", ()) if isinstance(s, cst.Assign)
-                       and any(t.target is subscript for t in s.targets)), None)
-        key = literal_string(subscript.slice[0].slice.value)
-        if assign is not None and key is not None and _turns_fsdp_on(key, assign.value):
-            return True
-    return False
+    written = item_writes(facts, name, site.ctx, site.order)
+    return any(_turns_fsdp_on(key, item) for key, (item, _) in written.entries.items())
 
 
 def shows_fsdp(facts: ModuleFacts) -> bool:

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import Source, Sources, calls_of, dict_entries, sources
+from fsdp_lint.facts.dataflow import ItemWrites, Source, Sources, calls_of, dict_entries, item_writes, sources
 from fsdp_lint.facts.helper_summary import Helper, argument as helper_argument, project_helper
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
@@ -435,11 +435,17 @@ def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Di
     found = sources(facts, expr, ctx, order, via)
     if not found.complete or not found.found:
         return None
+    name = dotted_name(expr)
+    written = item_writes(facts, name, ctx, order) if name is not None else ItemWrites()
+    if not written.readable:
+        return None
     for source in found.found:
         raw = dict_entries(facts, source.expr)
         if raw is None:
             return None
         entries = {k: Source(v, source.ctx, source.order, source.via) for k, v in raw.items()}
+        # ``kwargs["mp_policy"] = ...`` after the display: that entry may hold either
+        entries.update({k: Source(v, w.ctx, w.order, via) for k, (v, w) in written.entries.items()})
         result.append(entries)
     return result
 

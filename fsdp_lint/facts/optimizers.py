@@ -20,9 +20,10 @@ from typing import Dict, List, Optional, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.dataflow import sources, written_value
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
+from fsdp_lint.facts.values import literal_bool
 from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, methods_of, module_functions
 from fsdp_lint.facts.walk import push_children
 
@@ -312,3 +313,81 @@ def may_hold_parameters_of(facts: ModuleFacts, name: str, function) -> bool:
         if owner == target or owner.startswith(target + ".") or target.startswith(owner + "."):
             return True
     return False
+
+
+_PARAMETER_LISTS = frozenset({"parameters", "named_parameters"})
+
+
+def frozen_modules(facts: ModuleFacts, function, order: int) -> frozenset:
+    """The modules (dotted names) every parameter of which ``function`` freezes before
+    ``order``: ``for _, p in model.named_parameters(): p.requires_grad = False`` (or
+    ``p.requires_grad_(False)``; a loop over ``model.parameters()`` alike) with nothing
+    under an ``if`` in between, or ``model.requires_grad_(False)``.  No optimizer updates
+    such parameters (a LoRA base model, a frozen encoder).  Empty when the function turns
+    ``requires_grad`` back on anywhere (``p.requires_grad = True``,
+    ``m.requires_grad_()``): which parameters train again is not read."""
+    def compute(f: ModuleFacts) -> Dict[int, list]:
+        found: Dict[int, list] = {}
+        thawed = set()
+        for write in f.mutations:
+            for target in write.targets:
+                if isinstance(target, cst.Attribute) and target.attr.value == "requires_grad":
+                    value = written_value(write, target)
+                    if literal_bool(value) is False:
+                        module = _loop_module(write.ctx, target.value)
+                        if module is not None:
+                            found.setdefault(id(write.ctx.function), []).append((write.order, module))
+                            continue
+                    thawed.add(id(write.ctx.function))
+        for site in f.calls:
+            if site.attr != "requires_grad_" or not isinstance(site.node.func, cst.Attribute):
+                continue
+            first = next((a for a in site.node.args if a.keyword is None or a.keyword.value == "requires_grad"), None)
+            if first is None or literal_bool(first.value) is not False:
+                thawed.add(id(site.ctx.function))
+                continue
+            receiver = site.node.func.value
+            module = _loop_module(site.ctx, receiver)
+            if module is None and not site.ctx.guards:
+                module = dotted_name(receiver)
+            if module is not None:
+                found.setdefault(id(site.ctx.function), []).append((site.order, module))
+        return {key: value for key, value in found.items() if key not in thawed}
+
+    by_function = facts.cached("frozen_modules", compute)
+    return frozenset(module for at, module in by_function.get(id(function), ()) if at < order)
+
+
+def _loop_module(ctx, parameter: cst.BaseExpression) -> Optional[str]:
+    """``m`` when ``parameter`` is the parameter a ``for`` over ``m.parameters()`` /
+    ``m.named_parameters()`` binds, and it is written on every iteration (no ``if`` inside
+    the loop), with no ``if`` around the loop either."""
+    if not isinstance(parameter, cst.Name) or not ctx.loops or ctx.guards:
+        return None
+    loop = ctx.loops[-1].node
+    if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
+        return None
+    func = loop.iter.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in _PARAMETER_LISTS):
+        return None
+    target = loop.target
+    last = target.elements[-1].value if isinstance(target, (cst.Tuple, cst.List)) and target.elements else target
+    if not (isinstance(last, cst.Name) and last.value == parameter.value):
+        return None
+    return dotted_name(func.value)
+
+
+def may_train_parameters_of(facts: ModuleFacts, name: str, function, order: int) -> bool:
+    """Whether an optimizer may update the parameters of the module ``name`` of
+    ``function`` after ``order``: one may hold them (``may_hold_parameters_of``) and the
+    function has not frozen them before (``frozen_modules``: the module or one holding it,
+    aliases followed)."""
+    if not may_hold_parameters_of(facts, name, function):
+        return False
+    same = aliases(facts, function)
+    target = same.get(name, name)
+    for module in frozen_modules(facts, function, order):
+        owner = same.get(module, module)
+        if target == owner or target.startswith(owner + "."):
+            return False
+    return True

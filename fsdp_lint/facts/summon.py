@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import called_functions, calls_of, dict_entries, sources
+from fsdp_lint.facts.dataflow import called_functions, calls_of, dict_entries, item_writes, sources
 from fsdp_lint.facts.fsdp_modules import Origins, fsdp_modules, origins_with_callers, other_fsdp_imported
 from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
@@ -141,7 +141,13 @@ def _expand_dicts(facts: ModuleFacts, site: CallSite):
         entries = [dict_entries(facts, s.expr) for s in found.found]
         if not found.complete or len(entries) != 1 or entries[0] is None:
             return {}, True
+        name = dotted_name(arg.value)
+        written = item_writes(facts, name, site.ctx, site.order) if name is not None else None
+        if written is not None and not written.readable:
+            return {}, True
         values.update(entries[0])
+        if written is not None:  # ``kw["writeback"] = False`` after the display
+            values.update({key: item for key, (item, _) in written.entries.items()})
     return values, False
 
 

@@ -8,7 +8,7 @@ from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, loaded_in, modul
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
-from fsdp_lint.facts.optimizers import may_hold_parameters_of
+from fsdp_lint.facts.optimizers import may_train_parameters_of
 from fsdp_lint.facts.dataflow import calls_of
 from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, lookup, runs_before
 from fsdp_lint.facts.values import UNKNOWN
@@ -80,6 +80,11 @@ fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, re
   one (a frozen reference or teacher model beside the policy), its low-precision weights lose
   no update. A function that builds no optimizer, or builds one the rule cannot follow, may
   hand the model to one, and the rule reports.
+- A model whose parameters the function froze before sharding is not flagged either (a
+  LoRA base model: `for _, p in model.named_parameters(): p.requires_grad = False`, or
+  `model.requires_grad_(False)`, with no `if` around or inside the loop): no optimizer
+  updates them. A function that also turns `requires_grad` back on somewhere (unfreezing the
+  last layers) keeps the report.
 
 ## Fix safety
 No automatic fix: pure low-precision training can be intended (then suppress with
@@ -98,8 +103,8 @@ No automatic fix: pure low-precision training can be intended (then suppress wit
             if dtype not in LOW_PRECISION:
                 continue
             module = _module_of(facts, wrap)
-            if not may_hold_parameters_of(facts, module, wrap.site.ctx.function):
-                continue  # a frozen reference or teacher model: no optimizer state to lose
+            if not may_train_parameters_of(facts, module, wrap.site.ctx.function, wrap.site.order):
+                continue  # a frozen reference, teacher or LoRA base model: no update to lose
             evidence = _cast_before(facts, wrap, dtype)
             if evidence is None:
                 continue
