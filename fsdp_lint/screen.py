@@ -53,8 +53,9 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.call_shape import of_ast
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS, on_subgroup
 from fsdp_lint.facts.dataflow import RETURNS_SELF
+from fsdp_lint.facts.fsdp_modules import cpu_device_text
 from fsdp_lint.facts.frameworks import (
-    ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN, LIGHTNING_TRAINER, WITH_FSDP, plugin_keeps_orig_params,
+    ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN, LIGHTNING_TRAINER, WITH_FSDP, plugin_keeps_orig_params, turns_fsdp_on,
 )
 from fsdp_lint.facts.optimizers import OPTIMIZER_NAME, optimizer_like_name
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
@@ -799,11 +800,8 @@ def _passes(s: Summary, call: ast.Call, name: str, index: int) -> bool:
     """The argument ``name`` may be given at this call: by keyword, by position (``index``
     among the positional arguments as written: ``summon_full_params(m, True, False,
     True)``), or in a ``**`` dict (a string key, or ``dict(name=...)``)."""
-    if any(k.arg == name for k in call.keywords):
-        return True
-    if sum(1 for a in call.args if type(a) is not ast.Starred) > index:
-        return True
-    return any(k.arg is None for k in call.keywords) and (name in s.keywords or name in s.strings)
+    shape = of_ast(call)
+    return shape.passes(name, index) or (shape.double_star and (name in s.keywords or name in s.strings))
 
 
 def _optimizer_class(s: Summary, node: ast.AST) -> bool:
@@ -986,11 +984,9 @@ def _nested_units_possible(s: Summary) -> bool:
                 break
             if s.callee(call).isdisjoint(torch_api.FSDP_CLASS):
                 continue  # a project helper's wrap: its policy is not read (``has_nested_units``)
-            for keyword in call.keywords:
-                if keyword.arg is None or (keyword.arg == "auto_wrap_policy" and not (
-                        type(keyword.value) is ast.Constant and keyword.value.value is None)):
-                    found = True
-            if found:
+            shape = of_ast(call)  # ``fsdp_modules.has_nested_units``: a policy other than None, or ``**``
+            if shape.double_star or shape.literal("auto_wrap_policy", default=None) is not None:
+                found = True
                 break
         s._cache["nested_units"] = found
     return found
@@ -1043,8 +1039,9 @@ def _fsdp1_model(s: Summary) -> bool:
 
 def _cpu_string(s: Summary) -> bool:
     """A ``"cpu"`` / ``"cpu:N"`` string in the code: what FSDP on the CPU device needs
-    (``offload.CPU_DEVICE``: a ``device_id`` that may come from such a literal)."""
-    return any(v == "cpu" or v.startswith("cpu:") for v in s.strings)
+    (``offload.CPU_DEVICE``: a ``device_id`` that may come from such a literal,
+    ``fsdp_modules.cpu_device_text``)."""
+    return any(cpu_device_text(v) for v in s.strings)
 
 # declared call names whose calls the summary can narrow to those that may be torch's, for
 # a rule with ``gate_torch_only`` (else: every call of the name written, or of a qualified
@@ -1327,12 +1324,10 @@ def evidence_lines(summary: Summary) -> Set[int]:
             names = summary.callee(call)
             if not names.isdisjoint(_EVIDENCE_CALLS) or any(q.endswith(_EVIDENCE_SUFFIXES) for q in names):
                 found.add(call.lineno)
-            for keyword in call.keywords:
-                if keyword.arg in ("fsdp_plugin", "fsdp_config"):
-                    found.add(call.lineno)
-                elif keyword.arg in ("strategy", "fsdp"):
-                    value = keyword.value.value if type(keyword.value) is ast.Constant else None
-                    if type(value) is str and ("fsdp" in value or "full_shard" in value or "shard_grad_op" in value):
+            if call.keywords:
+                for keyword, value in of_ast(call).keywords.items():
+                    # ``fsdp_config=`` too: a line the facts read beside ``fsdp=``
+                    if keyword == "fsdp_config" or turns_fsdp_on(keyword, value if type(value) is str else None):
                         found.add(call.lineno)
     return found
 

@@ -1231,3 +1231,25 @@ def test_frozen_modules_are_those_every_parameter_of_which_is_frozen_before_the_
     assert frozen_modules(facts, uses[0].ctx.function, 0) == frozenset()  # not yet at the start
     assert frozen_modules(facts, uses[1].ctx.function, uses[1].order) == frozenset()  # only some
     assert frozen_modules(facts, uses[2].ctx.function, uses[2].order) == frozenset()  # turned back on
+
+
+@pytest.mark.parametrize("text, strict, any_receiver", [
+    ('os.environ["RANK"]', ("RANK", None), ("RANK", None)),
+    ('environ["LOCAL_RANK"]', ("LOCAL_RANK", None), ("LOCAL_RANK", None)),
+    ('os.environ.get("RANK", -1)', ("RANK", "-1"), ("RANK", "-1")),
+    ('os.getenv("LOCAL_RANK")', ("LOCAL_RANK", None), ("LOCAL_RANK", None)),
+    ('config.get("RANK")', None, ("RANK", None)),
+    ('settings["RANK"]', None, None),
+    ('os.environ[key]', None, None),
+    ('os.environ.get(key)', None, None),
+])
+def test_one_reader_of_environment_variables(text, strict, any_receiver):
+    from fsdp_lint.facts.processes import environment_read
+
+    expr = cst.parse_expression(text)
+
+    def shown(read):
+        return None if read is None else (read[0], None if read[1] is None else cst.Module([]).code_for_node(read[1]))
+
+    assert shown(environment_read(expr)) == strict
+    assert shown(environment_read(expr, any_receiver=True)) == any_receiver

@@ -164,15 +164,21 @@ def _fields_turn_fsdp_on(facts: ModuleFacts) -> bool:
 
 
 def _turns_fsdp_on(keyword: str, value) -> bool:
-    """``fsdp_plugin=``, ``strategy="fsdp"``, ``fsdp="full_shard auto_wrap"``.  Not
-    ``fsdp_config=`` alone: transformers reads it only when ``fsdp`` is set ("`--fsdp_config`
-    is useful only when `--fsdp` is specified", huggingface/transformers fd798335
-    ``src/transformers/training_args.py``, ``TrainingArguments.__post_init__``; newer
-    versions' ``_process_fsdp_args`` returns at once without ``fsdp``)."""
+    return turns_fsdp_on(keyword, literal_string(value))
+
+
+def turns_fsdp_on(keyword: str, text: Optional[str]) -> bool:
+    """A keyword argument that turns FSDP on, given the literal text it passes (None for
+    anything else): ``fsdp_plugin=``, ``strategy="fsdp"``, ``fsdp="full_shard auto_wrap"``.
+    Not ``fsdp_config=`` alone: transformers reads it only when ``fsdp`` is set
+    ("`--fsdp_config` is useful only when `--fsdp` is specified", huggingface/transformers
+    fd798335 ``src/transformers/training_args.py``, ``TrainingArguments.__post_init__``;
+    newer versions' ``_process_fsdp_args`` returns at once without ``fsdp``).  The ``ast``
+    gate reads the same definition (``screen.evidence_lines``)."""
     if keyword == "fsdp_plugin":
         return True
     if keyword in ("strategy", "fsdp"):
-        text = literal_string(value) or ""
+        text = text or ""
         return "fsdp" in text or "full_shard" in text or "shard_grad_op" in text
     return False
 

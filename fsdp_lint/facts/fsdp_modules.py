@@ -525,12 +525,18 @@ def _bool_value(facts: ModuleFacts, arg: Argument, default: bool):
     return values.pop()
 
 
+def cpu_device_text(text: str) -> bool:
+    """A device string naming the CPU: ``"cpu"``, ``"cpu:0"`` (the ``ast`` gate reads the
+    same definition: ``screen._cpu_string``)."""
+    return text == "cpu" or text.startswith("cpu:")
+
+
 def is_cpu_device(facts: ModuleFacts, source: Source) -> bool:
     """``source`` is the CPU device: ``"cpu"``, ``"cpu:0"``, ``torch.device("cpu")`` (also through names)."""
     expr = source.expr
     text = literal_string(expr)
     if text is not None:
-        return text == "cpu" or text.startswith("cpu:")
+        return cpu_device_text(text)
     if isinstance(expr, cst.Call) and facts.qualname(expr.func) in torch_api.TORCH_DEVICE:
         first = next((a for a in expr.args if (a.keyword is None and not a.star) or (a.keyword and a.keyword.value == "type")), None)
         if first is None:

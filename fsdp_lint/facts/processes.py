@@ -15,7 +15,7 @@ branch).
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -98,16 +98,44 @@ def _distributed_test(test: cst.BaseExpression) -> Optional[bool]:
 _LAUNCHER_RANK = re.compile(r"^_*(local_|global_)?rank$", re.I)
 
 
+_ENVIRONMENT_CALLS = frozenset({"os.environ.get", "environ.get", "os.getenv", "getenv"})
+
+
+def environment_read(expr, any_receiver: bool = False) -> Optional[Tuple[str, Optional[cst.BaseExpression]]]:
+    """(variable, default or None) when ``expr`` reads an environment variable named by a
+    literal: ``os.environ["RANK"]`` (``environ[...]``), ``os.environ.get("RANK", -1)``,
+    ``os.getenv("LOCAL_RANK")``.  ``any_receiver``: also ``<anything>.get("RANK")`` /
+    ``getenv`` of any receiver (a rank word asks no more: the variable's name says it).
+    The one reader of the environment the rank facts use (``ranks``, ``_launcher_rank``)."""
+    if isinstance(expr, cst.Subscript):
+        if dotted_name(expr.value) not in ("os.environ", "environ") or len(expr.slice) != 1:
+            return None
+        index = expr.slice[0].slice
+        name = literal_string(index.value) if isinstance(index, cst.Index) else None
+        return (name, None) if name is not None else None
+    if not isinstance(expr, cst.Call) or not expr.args:
+        return None
+    func = expr.func
+    if any_receiver:
+        method = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+        if method not in ("get", "getenv"):
+            return None
+    elif dotted_name(func) not in _ENVIRONMENT_CALLS:
+        return None
+    name = literal_string(expr.args[0].value)
+    if name is None:
+        return None
+    return name, (expr.args[1].value if len(expr.args) > 1 else None)
+
+
 def _launcher_rank(expr) -> bool:
     """The rank a launcher sets: ``os.environ.get("RANK", -1)`` (in ``int(...)``),
     ``os.environ["LOCAL_RANK"]``, a name or attribute ``rank`` / ``local_rank``."""
     if isinstance(expr, cst.Call) and dotted_name(expr.func) == "int" and len(expr.args) == 1:
         expr = expr.args[0].value
-    if isinstance(expr, cst.Call) and last_name(dotted_name(expr.func)) in ("get", "getenv") and expr.args:
-        return literal_string(expr.args[0].value) in LAUNCHER_ENV
-    if isinstance(expr, cst.Subscript) and dotted_name(expr.value) in ("os.environ", "environ") and len(expr.slice) == 1:
-        index = expr.slice[0].slice
-        return isinstance(index, cst.Index) and literal_string(index.value) in LAUNCHER_ENV
+    read = environment_read(expr, any_receiver=True)
+    if read is not None:
+        return read[0] in LAUNCHER_ENV
     return bool(_LAUNCHER_RANK.match(last_name(dotted_name(expr))))
 
 

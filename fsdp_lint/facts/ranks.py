@@ -37,7 +37,9 @@ from fsdp_lint.facts.callers import passed_for
 from fsdp_lint.facts.dataflow import Sources, calls_of, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, ModuleFacts
-from fsdp_lint.facts.processes import in_single_process_branch, integer_value as _integer, last_name as _last, single_process_branch
+from fsdp_lint.facts.processes import (
+    environment_read, in_single_process_branch, integer_value as _integer, last_name as _last, single_process_branch,
+)
 from fsdp_lint.facts.scopes import latest_binding, lookup, module_functions
 from fsdp_lint.facts.values import literal_string
 
@@ -76,12 +78,11 @@ def _is_rank_value(expr: cst.BaseExpression) -> bool:
             return True
         if name == "int" and expr.args:
             return _is_rank_value(expr.args[0].value)
-        if name in ("get", "getenv") and expr.args:  # os.environ.get("RANK"), os.getenv("LOCAL_RANK")
-            return bool(RANK_ENV.match(literal_string(expr.args[0].value) or ""))
+    read = environment_read(expr, any_receiver=True)  # os.environ.get("RANK"), os.getenv("LOCAL_RANK")
+    if read is not None:
+        return bool(RANK_ENV.match(read[0]))
+    if isinstance(expr, (cst.Call, cst.Subscript)):
         return False
-    if isinstance(expr, cst.Subscript) and dotted_name(expr.value) in ("os.environ", "environ"):
-        index = expr.slice[0].slice if len(expr.slice) == 1 else None
-        return isinstance(index, cst.Index) and bool(RANK_ENV.match(literal_string(index.value) or ""))
     return bool(RANK_NAME.match(_last(dotted_name(expr))))
 
 
@@ -112,11 +113,9 @@ def _always_text(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
 def _environment_text(expr) -> bool:
     """``os.environ["RANK"]``, ``os.environ.get("LOCAL_RANK", ...)``, ``os.getenv("RANK")``:
     the variable's text (a string, even where it reads ``"0"``)."""
-    if isinstance(expr, cst.Subscript):
-        return _is_rank_value(expr)
-    if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("os.environ.get", "environ.get", "os.getenv", "getenv"):
-        return _is_rank_value(expr) and (len(expr.args) < 2 or literal_string(expr.args[1].value) is not None)
-    return False
+    read = environment_read(expr)
+    return read is not None and bool(RANK_ENV.match(read[0])) and (
+        read[1] is None or literal_string(read[1]) is not None)
 
 
 def _compare(test: cst.Comparison) -> Optional[str]:
