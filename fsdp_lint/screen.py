@@ -166,6 +166,9 @@ class Summary:
         self.bare: Set[int] = set()  # id(call) of calls that are a whole expression statement
         # target (dotted) -> (value bound to it, frame of the binding)
         self.bindings: Dict[str, List[Tuple[ast.expr, int]]] = {}
+        # id(bound value) -> the ``if`` tests guarding its binding in its function
+        # (``ranks.set_on_one_rank``: a value made under a rank test exists on some ranks)
+        self.binding_guards: Dict[int, tuple] = {}
         self.returns: Dict[str, List[Tuple[ast.expr, int]]] = {}  # function name -> (returned value, frame)
         self.defaults: Dict[int, List[Tuple[str, ast.expr, int]]] = {}  # frame -> (parameter, default, frame)
         self.calls_by_name: Dict[str, List[ast.Call]] = {}  # callee's last name -> calls
@@ -283,12 +286,16 @@ class Summary:
             if kind is ast.Assign:
                 for target in node.targets:
                     self._bind(target, node.value, key)
+                if guards:
+                    self.binding_guards[id(node.value)] = guards
             elif kind is ast.AnnAssign:
                 dotted = _dotted(node.target)
                 if dotted is not None:
                     self.annotated.setdefault(dotted, []).append(node.annotation)
                 if node.value is not None:
                     self._bind(node.target, node.value, key)
+                    if guards:
+                        self.binding_guards[id(node.value)] = guards
                     push((node.value, key, holders, guards))
                 push((node.annotation, key, _SOFT, guards))
                 # ``x: int`` without a value binds no name the compiler lists (at module
@@ -597,10 +604,11 @@ class Summary:
             found = self._cache["fsdp1_names"] = found | self.fsdp1_annotated()
         return found
 
-    def flow(self, key: str, leaf: Callable[[ast.AST], bool], callers: bool = False) -> "_Flow":
+    def flow(self, key: str, leaf: Callable[[ast.AST], bool], callers: bool = False,
+             guarded: bool = False) -> "_Flow":
         found = self._cache.get(key)
         if found is None:
-            found = self._cache[key] = _Flow(self, leaf, callers)
+            found = self._cache[key] = _Flow(self, leaf, callers, guarded)
         return found
 
 
@@ -611,9 +619,13 @@ class _Flow:
     (every binding of a name, every function of a called name, every argument of every call
     of a function for its parameters, every node inside an expression)."""
 
-    def __init__(self, summary: Summary, leaf: Callable[[ast.AST], bool], callers: bool = False) -> None:
+    def __init__(self, summary: Summary, leaf: Callable[[ast.AST], bool], callers: bool = False,
+                 guarded: bool = False) -> None:
         self.summary = summary
         self.leaf = leaf
+        # ``ranks.set_on_one_rank``: a binding's value also depends on the tests guarding the
+        # binding (``if is_main: model = ...``, then ``if model is not None:``)
+        self.guarded = guarded
         # ``facts.callers`` follows this fact into what a function's callers pass for a
         # parameter read on its own: every call of it by name in the file, and (where
         # another project file imports this one, or for an ``__init__``, whose calls are
@@ -710,7 +722,11 @@ class _Flow:
         _, chains, callees = self._read(expr)
         found: List[Tuple[ast.AST, int, bool]] = []
         for chain in chains:
-            found.extend(self._lookup(chain, key, entered))
+            values = self._lookup(chain, key, entered)
+            found.extend(values)
+            if self.guarded:
+                guards = summary.binding_guards
+                found.extend((test, k, mode) for value, k, mode in values for test in guards.get(id(value), ()))
         for callee in callees:
             found.extend((value, k, True) for value, k in summary.returns.get(callee, ()))
         return found
@@ -945,11 +961,29 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
         )
 
     ranks = s.flow("rank", _rank_word, callers=True)
+    made = s.flow("rank_made", _rank_word, callers=True, guarded=True)  # ``ranks.set_on_one_rank``
     for key, frame in s.frames.items():
         for call in frame.calls:
             guards = s.guards.get(id(call))
-            if (guards or frame.one_rank) and collective(call) and (frame.one_rank or ranks.may_reach(guards, key)):
+            if (guards or frame.one_rank) and collective(call) and (
+                    frame.one_rank or ranks.may_reach(guards, key)
+                    or made.may_reach([n for test in guards for n in _presence_tested(test)], key)):
                 yield call
+
+
+def _presence_tested(test: ast.AST) -> List[ast.AST]:
+    """The values whose presence ``test`` asks (``ranks.one_rank_branch`` then asks
+    ``set_on_one_rank``): a name or attribute tested on its own (``if model:``), or against
+    None with ``is``/``is not``, through ``not``/``and``/``or``."""
+    kind = type(test)
+    if kind is ast.BoolOp:
+        return [n for value in test.values for n in _presence_tested(value)]
+    if kind is ast.UnaryOp and type(test.op) is ast.Not:
+        return _presence_tested(test.operand)
+    if kind is ast.Compare and len(test.ops) == 1 and type(test.ops[0]) in (ast.Is, ast.IsNot):
+        right = test.comparators[0]
+        return [test.left] if type(right) is ast.Constant and right.value is None else []
+    return [test] if kind in (ast.Name, ast.Attribute) else []
 
 
 _BUILTINS = frozenset(dir(builtins))

@@ -2,7 +2,8 @@
 changes a few details of a real-looking file, the details on which a stage in front of
 libcst could read the code differently from the facts (a literal ``None`` where a value
 was, a keyword dropped or passed by position or through ``**``, a comparison flipped, a test
-negated, a name spelled another way, code moved into a function).  What a mutant means
+negated, a statement put under a rank test or another test, a name or an import's alias
+spelled another way, code moved into a function).  What a mutant means
 does not matter: the net asks only that the gate on and off give the same diagnostics.
 
 Mutants are written with ``ast.unparse`` (comments and ``# noqa`` lines are lost, which
@@ -116,6 +117,55 @@ def _into_function(tree: ast.Module) -> ast.Module:
     return ast.Module(body=[*imports, main, call], type_ignores=[])
 
 
+# tests a statement may be put under: rank tests of several shapes, and tests of no rank
+GUARDS = ["dist.get_rank() == 0", "rank == 0", "int(os.environ['LOCAL_RANK']) == 0", "args.is_main_process",
+          "accelerator.is_main_process", "step % 10 == 0", "torch.cuda.is_available()", "use_fsdp"]
+
+
+class _Guarder(ast.NodeTransformer):
+    """Puts a statement of a function body here and there under ``if <test>:``."""
+
+    def __init__(self, rng: random.Random, rate: float) -> None:
+        self.rng, self.rate = rng, rate
+
+    def _body(self, body):
+        out = []
+        for statement in body:
+            if (not isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef,
+                                           ast.AsyncFunctionDef, ast.Return))
+                    and self.rng.random() < self.rate):
+                test = ast.parse(self.rng.choice(GUARDS), mode="eval").body
+                statement = ast.If(test=test, body=[statement], orelse=[])
+            out.append(statement)
+        return out
+
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)
+        node.body = self._body(node.body)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+
+def _respell_imports(tree: ast.Module, rng: random.Random) -> ast.Module:
+    """One ``import a.b as x`` / ``from a import b as x`` gets another alias, used
+    everywhere the old one was."""
+    aliases = [alias for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+               for alias in node.names if alias.name != "*"]
+    if not aliases:
+        return tree
+    alias = rng.choice(aliases)
+    old = alias.asname or alias.name.split(".")[0]
+    if "." in alias.name and alias.asname is None:
+        return tree  # ``import a.b`` binds ``a``: left as it is
+    new = f"{old}_alias"
+    alias.asname = new
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == old:
+            node.id = new
+    return tree
+
+
 def mutate(text: str, rng: random.Random, rate: float = 0.08) -> str:
     tree = ast.parse(text)
     names = _local_names(tree)
@@ -123,6 +173,10 @@ def mutate(text: str, rng: random.Random, rate: float = 0.08) -> str:
     for name in rng.sample(names, min(len(names), rng.randint(0, 2))):
         renames[name] = rng.choice(SPELLINGS)
     tree = _Mutator(rng, rate, renames).visit(tree)
+    if rng.random() < 0.3:
+        tree = _Guarder(rng, rate).visit(tree)
+    if rng.random() < 0.2:
+        tree = _respell_imports(tree, rng)
     if rng.random() < 0.15:
         tree = _into_function(tree)
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"

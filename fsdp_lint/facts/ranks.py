@@ -233,6 +233,8 @@ def set_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int, found: O
         return False
     busy.add(key)
     try:
+        if _bound_on_one_rank(facts, expr, ctx, order):
+            return True
         if found is None:
             found = sources(facts, expr, ctx, order)
         if found.other_gaps or not (found.found or found.open_params):
@@ -253,6 +255,19 @@ def set_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int, found: O
         return made
     finally:
         busy.discard(key)
+
+
+def _bound_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
+    """The name ``expr`` itself is bound to something other than None/False only under a
+    rank test (``export_model = None``, then ``if rank == 0: export_model = model``): on
+    the other ranks it stays None, whatever the value it is bound to holds elsewhere."""
+    dotted = dotted_name(expr)
+    if dotted is None:
+        return False
+    seen = lookup(facts, dotted, ctx, order)
+    bound = [b for b in seen.bindings if not _falsy(b.value)]
+    return bool(bound) and seen.param is None and all(
+        b.kind == "assign" and rank_guard(facts, b.ctx) is not None for b in bound)
 
 
 def _passed_on_one_rank(facts: ModuleFacts, name: str, ctx: Context) -> Optional[bool]:
