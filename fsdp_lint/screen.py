@@ -538,12 +538,12 @@ class Summary:
 
     def local_helpers(self) -> Dict[str, Set[str]]:
         """``facts.helpers`` for this file's functions, read wider: by name, what a function
-        may do somewhere in its body ("collective": a call that may be a collective, "saves":
+        may do somewhere in its body ("collective": a call that may run a collective by the
+        same reading as a call outside a helper, ``_collective_here``; "saves":
         ``torch.save``), also through the functions of this file it calls."""
         found = self._cache.get("local_helpers")
         if found is None:
             found = {}
-            every = set().union(*ALWAYS.values(), *WITH_FSDP.values())
             calls_of: Dict[str, Set[str]] = {}
             for frame in self.frames.values():
                 if frame.name is None:
@@ -551,11 +551,7 @@ class Summary:
                 kinds = found.setdefault(frame.name, set())
                 for call in frame.calls:
                     names = self.callee(call)
-                    last = _last(call.func)
-                    if last in (torch_api.SUMMON, "state_dict", "load_state_dict") or last in every or not names.isdisjoint(
-                            _GATHERS | _OPTIM_STATE | _DIST) or (last in GATHERS and self.fsdp2_wraps()):
-                        kinds.add("collective")
-                    if _may_forward(self, call):
+                    if "collective" not in kinds and _collective_here(self, call):
                         kinds.add("collective")
                     if not names.isdisjoint(_SAVES):
                         kinds.add("saves")
@@ -923,42 +919,57 @@ def _framework_methods(s: Summary, call: ast.Call) -> Set[str]:
     return methods
 
 
+_ALL_FRAMEWORK_METHODS = frozenset(set().union(*ALWAYS.values(), *WITH_FSDP.values()))
+
+
+def _sets_state_dict_type(s: Summary) -> bool:
+    found = s._cache.get("sets_state_dict_type")
+    if found is None:
+        found = s._cache["sets_state_dict_type"] = any(
+            not s.callee(c).isdisjoint(torch_api.STATE_DICT_TYPE_METHODS) for f in s.frames.values() for c in f.calls)
+    return found
+
+
+def _collective_here(s: Summary, call: ast.Call) -> bool:
+    """The call itself may run a collective (``collectives.torch_collective``,
+    ``frameworks.framework_collective``, ``dtensors``, ``collectives.forward_gathers``),
+    read wide; a call of a helper that does is ``helper_kinds``'s question.  Also what
+    makes a function of this file a helper that runs one (``Summary.local_helpers``: the
+    facts' helper summaries ask the same facts of each call in its body)."""
+    func = call.func
+    attr = func.attr if type(func) is ast.Attribute else None
+    if attr == torch_api.SUMMON:
+        return call in _summons(s)
+    if attr == "load_state_dict" or attr == "state_dict" and not call.args and not call.keywords:
+        if _sets_state_dict_type(s) or PASSED in s.project:  # ``inside_own_state_dict_type``;
+            return True  # ``Origins.external``: a caller in another file may pass an FSDP1 module
+        if s.fsdp1_wraps() or s.fsdp1_names():
+            receiver = func.value
+            if _dotted(receiver) in s.fsdp1_names():
+                return True
+            if _from_fsdp1(s, receiver, call):
+                return True
+    if attr in _ALL_FRAMEWORK_METHODS and attr in _framework_methods(s, call):
+        return True
+    if attr in GATHERS and s.fsdp2_wraps():  # ``facts.dtensors``: a DTensor norm or parameter
+        return True
+    if _may_forward(s, call):  # ``collectives.forward_gathers``
+        return True
+    names = s.callee(call)
+    return bool(
+        not names.isdisjoint(_GATHERS)
+        or not names.isdisjoint(_OPTIM_STATE)
+        # ``collectives.in_fsdp_program``
+        or (not names.isdisjoint(_DIST) and (bool(s.wraps()) or bool(_summons(s))) and not _on_subgroup(call, names))
+    )
+
+
 def _fsd104(s: Summary) -> Iterator[ast.AST]:
     # a collective (``collectives.torch_collective``, ``frameworks.framework_collective``)
-    # under a rank test or in a one-rank function
-    all_methods = set().union(*ALWAYS.values(), *WITH_FSDP.values())
-    sets_state_dict_type = any(
-        not s.callee(c).isdisjoint(torch_api.STATE_DICT_TYPE_METHODS) for f in s.frames.values() for c in f.calls)
-
+    # under a rank test or in a one-rank function, or a call of a helper that runs one
+    # (``facts.helpers.collective_helper``)
     def collective(call: ast.Call) -> bool:
-        func = call.func
-        attr = func.attr if type(func) is ast.Attribute else None
-        if attr == torch_api.SUMMON:
-            return call in _summons(s)
-        if attr == "load_state_dict" or attr == "state_dict" and not call.args and not call.keywords:
-            if sets_state_dict_type or PASSED in s.project:  # ``inside_own_state_dict_type``;
-                return True  # ``Origins.external``: a caller in another file may pass an FSDP1 module
-            if s.fsdp1_wraps() or s.fsdp1_names():
-                receiver = func.value
-                if _dotted(receiver) in s.fsdp1_names():
-                    return True
-                if _from_fsdp1(s, receiver, call):
-                    return True
-        if attr in all_methods and attr in _framework_methods(s, call):
-            return True
-        if attr in GATHERS and s.fsdp2_wraps():  # ``facts.dtensors``: a DTensor norm or parameter
-            return True
-        if "collective" in s.helper_kinds(call):  # ``facts.helpers.collective_helper``
-            return True
-        if _may_forward(s, call):  # ``collectives.forward_gathers``
-            return True
-        names = s.callee(call)
-        return bool(
-            not names.isdisjoint(_GATHERS)
-            or not names.isdisjoint(_OPTIM_STATE)
-            # ``collectives.in_fsdp_program``
-            or (not names.isdisjoint(_DIST) and (bool(s.wraps()) or bool(_summons(s))) and not _on_subgroup(call, names))
-        )
+        return _collective_here(s, call) or "collective" in s.helper_kinds(call)
 
     ranks = s.flow("rank", _rank_word, callers=True)
     made = s.flow("rank_made", _rank_word, callers=True, guarded=True)  # ``ranks.set_on_one_rank``
