@@ -28,6 +28,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, Context, ModuleFacts
+from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.facts.scopes import latest_binding
 from fsdp_lint.facts.values import first_positional, keyword_args, literal_string
 from fsdp_lint.facts.walk import push_children
@@ -127,3 +128,12 @@ def may_initialise(facts: ModuleFacts, site: CallSite, module: str) -> bool:
     if isinstance(func, cst.Attribute) and _rooted(func.value, module) and name not in READ_OR_MOVE:
         return True
     return any(_rooted(arg.value, module) for arg in site.node.args)
+
+
+def initialises_every_rank(facts: ModuleFacts, site: CallSite, after: CallSite) -> bool:
+    """A call that ``may_initialise`` a module runs on every rank that runs ``after`` (the
+    ``to_empty``): a load or re-initialisation under a rank test (``if rank == 0:
+    model.load_state_dict(sd)``) fills that rank's shards only; the others keep
+    uninitialised memory."""
+    guard = rank_guard(facts, site.ctx)
+    return guard is None or any(guard is g for g in after.ctx.guards)

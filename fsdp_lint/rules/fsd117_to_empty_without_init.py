@@ -5,7 +5,7 @@ from __future__ import annotations
 from fsdp_lint.facts.flow import can_follow
 from fsdp_lint.facts.fsdp_modules import forward_calls_on_sharded, fully_sharded
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.meta_init import may_initialise, meta_built, to_empty_calls
+from fsdp_lint.facts.meta_init import initialises_every_rank, may_initialise, meta_built, to_empty_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -68,7 +68,9 @@ Or load a checkpoint after `to_empty` (`set_model_state_dict`, DCP `load`).
 ## Known problems
 - Every doubt counts as an initialisation: any call between `to_empty` and the forward that
   takes the model or a part of it, or any function of this file (its body is not followed),
-  keeps the rule quiet.
+  keeps the rule quiet. One exception: a load or re-initialisation under a rank test
+  (`if rank == 0: model.load_state_dict(...)`) fills that rank's shards only, so it does not
+  count for the other ranks, and the rule reports (naming it).
 - The meta-device construction, the `to_empty` and the forward must be visible: the model
   built on meta in the same scope the `to_empty` sees, and the forward in the same function.
   A model built on meta in another function or file is not flagged.
@@ -100,22 +102,26 @@ the model's own.
                  and can_follow(site.ctx, site.order, f.ctx, f.order)),
                 None,
             )
-            if use is None or _initialised_between(facts, module, site, use):
+            if use is None:
                 continue
+            between = _initialising_between(facts, module, site, use)
+            if any(initialises_every_rank(facts, init, site) for init in between):
+                continue
+            one_rank = f" (the one at line {report.row(between[0].node)} runs on one rank only)" if between else ""
             report(
                 site.node,
                 f"`{module}` was built on the meta device (line {report.row(built.value)}) and `to_empty` gives it "
                 f"uninitialised memory; its forward at line {report.row(use.node)} runs with no re-initialisation or "
-                f"load between: the weights are garbage; call `{module}.init_weights()` / `reset_parameters()` or load "
-                "a checkpoint after `to_empty`",
+                f"load between{one_rank}: the weights are garbage; call `{module}.init_weights()` / "
+                "`reset_parameters()` or load a checkpoint on every rank after `to_empty`",
                 statement=site.ctx.statement,
             )
 
 
-def _initialised_between(facts, module: str, to_empty, use) -> bool:
-    for site in facts.calls:
-        if site is to_empty or site.ctx.function is not to_empty.ctx.function:
-            continue
-        if to_empty.done < site.order < use.order and may_initialise(facts, site, module):
-            return True
-    return False
+def _initialising_between(facts, module: str, to_empty, use):
+    """The calls between ``to_empty`` and the forward that may give ``module`` values."""
+    return [
+        site for site in facts.calls
+        if site is not to_empty and site.ctx.function is to_empty.ctx.function
+        and to_empty.done < site.order < use.order and may_initialise(facts, site, module)
+    ]
