@@ -1070,7 +1070,8 @@ _GATE_FACTS: Dict[str, Callable[[Summary], bool]] = {
     "fsdp1_passed": lambda s: _fsdp1_model(s) or PASSED in s.project,
     "fsdp2_passed": lambda s: s.fsdp2_wraps() or PASSED in s.project,
     "fsdp_program": lambda s: bool(s.wraps()) or s.imports_from(torch_api.FSDP_PACKAGE)
-    or (s.launched and s.imports_from("accelerate")),  # ``frameworks.launched_prepares``
+    # ``frameworks.launched_prepares``, ``frameworks.launched_trainer_runs``
+    or (s.launched and (s.imports_from("accelerate") or s.imports_from("transformers") or s.imports_from("trl"))),
     "cpu_offload_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _project_offloads(s),
     "cpu_string": lambda s: _cpu_string(s),
     "params_on_cpu_named": lambda s: not s.names.isdisjoint(("CPUOffload", "CPUOffloadPolicy")) or _cpu_string(s)
@@ -1127,6 +1128,9 @@ _ANCHORS: Dict[str, Callable[[Summary, int, ast.Call], bool]] = {
     "fsdp_api": lambda s, key, c: any(torch_api.is_fsdp_api(q) for q in s.qualnames(c.func)),
     "fsdp_wrap": lambda s, key, c: key in _wrapping_frames(s),
     "launched_prepare": lambda s, key, c: s.launched and s.imports_from("accelerate") and _last(c.func) == "prepare",
+    # ``frameworks.launched_trainer_runs``: an HF Trainer's ``train()`` under the same launch
+    "launched_trainer": lambda s, key, c: s.launched and _last(c.func) == "train" and (
+        s.imports_from("transformers") or s.imports_from("trl")),
 }
 
 

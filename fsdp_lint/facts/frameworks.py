@@ -386,6 +386,24 @@ def _fabric_strategy(facts: ModuleFacts, receiver, site: CallSite) -> Optional[c
     return None
 
 
+def launched_trainer_runs(facts: ModuleFacts) -> List[CallSite]:
+    """``trainer.train()`` of a transformers/TRL ``Trainer`` in a file that ``accelerate
+    launch`` starts with FSDP (``facts.launch``): the Trainer builds its ``Accelerator``
+    from the environment the launch sets (``ACCELERATE_USE_FSDP``) and shards the model it
+    was given, so the function the call stands in runs an FSDP training as
+    ``accelerator.prepare`` does (``launched_prepares``)."""
+    launch = facts.launch
+    if launch is None or getattr(launch, "launcher", "") != "accelerate":
+        return []
+    found = []
+    for site in facts.calls:
+        func = site.node.func
+        if site.attr == "train" and isinstance(func, cst.Attribute) \
+                and framework_of(facts, func.value, site) == "hf_trainer":
+            found.append(site)
+    return found
+
+
 def launched_prepares(facts: ModuleFacts) -> List[CallSite]:
     """``accelerator.prepare(...)`` calls of a file that ``accelerate launch`` starts with FSDP
     (``facts.launch``): each shards the models among its arguments, so the function it stands

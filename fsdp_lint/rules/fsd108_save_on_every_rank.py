@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.flow import exclusive
-from fsdp_lint.facts.frameworks import launched_prepares
+from fsdp_lint.facts.frameworks import launched_prepares, launched_trainer_runs
 from fsdp_lint.facts.fsdp_modules import fsdp_modules, names_a_model
 from fsdp_lint.facts.helper_summary import argument
 from fsdp_lint.facts.dataflow import calls_of
@@ -28,11 +28,11 @@ class SaveOnEveryRank(Rule):
         ("save", "save_pretrained", "save_file", "save_model"),
         ("FullyShardedDataParallel", "fully_shard", "torch.distributed.fsdp"),
     )
-    launch_markers = (("save", "save_pretrained", "save_file", "save_model"), ("prepare",))
+    launch_markers = (("save", "save_pretrained", "save_file", "save_model"), ("prepare", ".train("))
     gate_facts = ("fsdp_program",)
     gate_calls = torch_api.TORCH_SAVE | torch_api.SAFETENSORS_SAVE | {"save_pretrained"}
     gate_helper_kinds = frozenset({"saves"})
-    gate_anchors = ("process_group", "fsdp_api", "fsdp_wrap", "launched_prepare")  # ``check``'s anchors
+    gate_anchors = ("process_group", "fsdp_api", "fsdp_wrap", "launched_prepare", "launched_trainer")  # ``check``'s
     gate_sites = True  # the save is the finding
     doc = """\
 ## What it does
@@ -110,8 +110,10 @@ cpu_offload=True))`, then `if dist.get_rank() == 0: torch.save(state, path)`.
 ## Known problems
 - Only saves in a function that sets up the distributed run or works with FSDP modules are
   checked (it calls `init_process_group`, `FSDP(...)`, `fully_shard(...)`, another name of
-  `torch.distributed.fsdp` such as `FSDP.state_dict_type`, a helper that shards, or
-  `accelerator.prepare` in a file started by `accelerate launch` with FSDP) on a path the
+  `torch.distributed.fsdp` such as `FSDP.state_dict_type`, a helper that shards, or, in a
+  file a project command starts with `accelerate launch` and an FSDP config,
+  `accelerator.prepare` or a transformers/TRL `trainer.train()`: the Trainer builds its
+  accelerator from that launch and shards the model) on a path the
   save can follow (not the `else` of `if isinstance(model, FSDP):`); elsewhere the rule does
   not know whether every rank runs the save, and stays quiet.
 - Every doubt about ranks keeps it quiet: any `if` whose test names a rank or a
@@ -148,7 +150,8 @@ distributed checkpoint depends on what the state holds.
                 anchors.setdefault(id(site.ctx.function), []).append(site.ctx)
         for wrap in modules.fsdp2_wraps:  # also a helper that shards, of this file or the project's
             anchors.setdefault(id(wrap.site.ctx.function), []).append(wrap.site.ctx)
-        prepares = launched_prepares(facts)  # ``accelerate launch`` with FSDP: ``prepare`` shards
+        # ``accelerate launch`` with FSDP: ``prepare`` shards, and so does an HF Trainer's ``train()``
+        prepares = launched_prepares(facts) + launched_trainer_runs(facts)
         for site in prepares:
             anchors.setdefault(id(site.ctx.function), []).append(site.ctx)
         if not anchors or not (facts.imports.imports_from(torch_api.FSDP_PACKAGE) or modules.wraps
