@@ -392,29 +392,24 @@ def launched_trainer_runs(facts: ModuleFacts) -> List[CallSite]:
     from the environment the launch sets (``ACCELERATE_USE_FSDP``) and shards the model it
     was given, so the function the call stands in runs an FSDP training as
     ``accelerator.prepare`` does (``launched_prepares``)."""
-    launch = facts.launch
-    if launch is None or getattr(launch, "launcher", "") != "accelerate":
-        return []
-    found = []
-    for site in facts.calls:
-        func = site.node.func
-        if site.attr == "train" and isinstance(func, cst.Attribute) \
-                and framework_of(facts, func.value, site) == "hf_trainer":
-            found.append(site)
-    return found
+    return _launched_calls(facts, "train", "hf_trainer")
 
 
 def launched_prepares(facts: ModuleFacts) -> List[CallSite]:
     """``accelerator.prepare(...)`` calls of a file that ``accelerate launch`` starts with FSDP
     (``facts.launch``): each shards the models among its arguments, so the function it stands
     in sets up an FSDP run as ``FSDP(...)`` would."""
+    return _launched_calls(facts, "prepare", "accelerator")
+
+
+def _launched_calls(facts: ModuleFacts, method: str, framework: str) -> List[CallSite]:
+    """The calls ``<framework object>.<method>(...)`` of a file that ``accelerate launch``
+    starts with FSDP; none in a file started otherwise."""
     launch = facts.launch
     if launch is None or getattr(launch, "launcher", "") != "accelerate":
         return []
-    found = []
-    for site in facts.calls:
-        func = site.node.func
-        if site.attr == "prepare" and isinstance(func, cst.Attribute) \
-                and framework_of(facts, func.value, site) == "accelerator":
-            found.append(site)
-    return found
+    return [
+        site for site in facts.calls
+        if site.attr == method and isinstance(site.node.func, cst.Attribute)
+        and framework_of(facts, site.node.func.value, site) == framework
+    ]
