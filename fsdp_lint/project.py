@@ -128,11 +128,15 @@ class ModuleSummary:
 EMPTY = ModuleSummary({}, {})
 
 
-_TIE_TEXT = re.compile(r"self\.\w+[\w.]*\s*=\s*self\.\w+\.")
+# what ``facts.ties`` needs of a class's tie: ``self.<module>.<param> = self.<module>.<...>``,
+# both sides at least two attributes deep (``ties._split``)
+_TIE_TEXT = re.compile(r"self\.\w+\.\w[\w.]*\s*=[\s(\\]*self\.\w+\.\w")
 
 
 def _class_ties(text: str) -> Dict[str, list]:
-    """``ModuleSummary.ties`` of a text (a file with no ``self.x.y = self.z.y`` is not parsed)."""
+    """``ModuleSummary.ties`` of a text (a file with no ``self.x.y = self.z.w`` is not parsed:
+    the project index summarizes every file a linted file imports, and most classes'
+    ``self.x = self.y.z`` ties nothing)."""
     if not _TIE_TEXT.search(text):
         return {}
     try:
