@@ -140,7 +140,7 @@ def _class_ties(text: str) -> Dict[str, list]:
     if not _TIE_TEXT.search(text):
         return {}
     try:
-        module = cst.parse_module(text)
+        module = cst.parse_module(_tying_classes(text))
         facts = index_module(module)
         positions = Positions(module, line_starts(text))
         found: Dict[str, list] = {}
@@ -152,6 +152,34 @@ def _class_ties(text: str) -> Dict[str, list]:
         return found
     except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): no ties, never a finding
         return {}
+
+
+def _tying_classes(text: str) -> str:
+    """The text with only the top-level classes that can hold a tie (``_TIE_TEXT`` in their
+    body) and the code outside classes and functions kept in place; every other top-level
+    ``def`` and ``class`` becomes blank lines, so each kept line keeps its number.  (A tie
+    in a method called only from outside its class is then not seen: a missed tie, never a
+    finding.)  The whole text where ``ast`` cannot parse it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return text
+    lines = text.splitlines(keepends=True)
+    dropped = []
+    for node in tree.body:
+        if not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        last = node.end_lineno or node.lineno
+        if isinstance(node, ast.ClassDef) and _TIE_TEXT.search("".join(lines[first - 1:last])):
+            continue
+        dropped.append((first, last))
+    for first, last in dropped:
+        for index in range(first - 1, min(last, len(lines))):
+            lines[index] = "\n"
+    return "".join(lines)
 
 
 def summarize_text(text: str) -> ModuleSummary:

@@ -413,3 +413,30 @@ def test_a_rank_value_passed_on_through_two_files_and_its_cache(tmp_path):
     trainer = root / "llm_kit" / "trainer.py"
     trainer.write_text(trainer.read_text().replace("if dist.get_rank() == 0:", "if dist.get_world_size() > 0:"))
     assert _cli("--cache-dir", str(cache), target, cwd=root) == []
+
+
+def test_only_the_classes_that_can_tie_are_parsed_for_ties_and_lines_are_kept():
+    from fsdp_lint.project import _class_ties, _tying_classes
+
+    text = (
+        "import torch.nn as nn\n\n\n"
+        "class Scope:\n"
+        "    def enter(self):\n"
+        "        self.scope.module_path = self.prev.module_path\n\n\n"  # ties nothing (no module params)
+        "def helper(x):\n"
+        "    return x\n\n\n"
+        "class LM(nn.Module):\n"
+        "    def __init__(self, vocab, dim):\n"
+        "        super().__init__()\n"
+        "        self.embed = nn.Embedding(vocab, dim)\n"
+        "        self.head = nn.Linear(dim, vocab, bias=False)\n"
+        "        self.head.weight = self.embed.weight\n"
+    )
+    kept = _tying_classes(text)
+    assert kept.count("\n") == text.count("\n")
+    assert "def helper" not in kept and "class LM" in kept and "class Scope" in kept
+    # ``enter`` is neither ``__init__`` nor called: no tie of Scope
+    assert _class_ties(text) == {"LM": [["head.weight", "embed.weight", 18]]}
+    assert text.splitlines()[17].strip() == "self.head.weight = self.embed.weight"
+    # a file of no such assignment is not parsed at all
+    assert _class_ties("class A:\n    def f(self):\n        self.x = self.y.z\n") == {}
