@@ -166,6 +166,13 @@ def _tying_classes(text: str) -> str:
             tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return text
+    return _blank_definitions(text, tree, lambda node, body: isinstance(node, ast.ClassDef) and _TIE_TEXT.search(body))
+
+
+def _blank_definitions(text: str, tree: ast.Module, keep) -> str:
+    """``text`` with each top-level ``def``/``class`` (decorators included) for which
+    ``keep(node, its text)`` is false turned into blank lines: every kept line keeps its
+    number, and libcst parses only what is kept."""
     lines = text.splitlines(keepends=True)
     dropped = []
     for node in tree.body:
@@ -173,9 +180,10 @@ def _tying_classes(text: str) -> str:
             continue
         first = min([node.lineno] + [d.lineno for d in node.decorator_list])
         last = node.end_lineno or node.lineno
-        if isinstance(node, ast.ClassDef) and _TIE_TEXT.search("".join(lines[first - 1:last])):
-            continue
-        dropped.append((first, last))
+        if not keep(node, "".join(lines[first - 1:last])):
+            dropped.append((first, last))
+    if not dropped:
+        return text
     for first, last in dropped:
         for index in range(first - 1, min(last, len(lines))):
             lines[index] = "\n"
@@ -226,21 +234,9 @@ def _summarized_text(text: str) -> Optional[str]:
     if found is None:
         return None
     tree, names = found
-    lines = text.splitlines(keepends=True)
-    dropped = []
-    for node in tree.body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in names:
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            last = node.end_lineno or node.lineno
-            if _FILE_WIDE.search("".join(lines[first - 1:last])):
-                continue  # it may wrap or shard a model: what the file's FSDP use is (``needs``, forwards)
-            dropped.append((first, last))
-    if not dropped:
-        return text
-    for first, last in dropped:
-        for index in range(first - 1, min(last, len(lines))):
-            lines[index] = "\n"
-    return "".join(lines)
+    # a definition kept also where it may wrap or shard a model: what the file's FSDP use is
+    # (``needs``, forwards)
+    return _blank_definitions(text, tree, lambda node, body: node.name in names or _FILE_WIDE.search(body))
 
 
 def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
