@@ -808,6 +808,14 @@ def _summons(s: Summary) -> List[ast.Call]:
     return found
 
 
+def _summon_ids(s: Summary) -> Set[int]:
+    """The ids of ``_summons``' calls, for a membership test (``summon.summon_ids``)."""
+    found = s._cache.get("summon_ids")
+    if found is None:
+        found = s._cache["summon_ids"] = {id(call) for call in _summons(s)}
+    return found
+
+
 def _passes(s: Summary, call: ast.Call, name: str, index: int) -> bool:
     """The argument ``name`` may be given at this call: by keyword, by position (``index``
     among the positional arguments as written: ``summon_full_params(m, True, False,
@@ -939,7 +947,7 @@ def _collective_here(s: Summary, call: ast.Call) -> bool:
     func = call.func
     attr = func.attr if type(func) is ast.Attribute else None
     if attr == torch_api.SUMMON:
-        return call in _summons(s)
+        return id(call) in _summon_ids(s)
     if attr == "load_state_dict" or attr == "state_dict" and not call.args and not call.keywords:
         if _sets_state_dict_type(s) or PASSED in s.project:  # ``inside_own_state_dict_type``;
             return True  # ``Origins.external``: a caller in another file may pass an FSDP1 module

@@ -25,7 +25,7 @@ from fsdp_lint.facts.model import Binding, Context, Guard, ModuleFacts, Mutation
 from fsdp_lint.facts.scopes import (
     argument_for, calls_by_callee_name, function_info, lookup, methods_of, module_functions,
 )
-from fsdp_lint.facts.values import literal_string
+from fsdp_lint.facts.values import literal_key, literal_string
 
 MAX_DEPTH = 8
 # Methods that return their receiver (nn.Module's fluent API).
@@ -280,8 +280,7 @@ def item_writes(facts: ModuleFacts, name: str, ctx: Context, order: int) -> Item
         for target in write.targets:
             if not (isinstance(target, cst.Subscript) and dotted_name(target.value) == name):
                 continue
-            index = target.slice[0].slice if len(target.slice) == 1 else None
-            key = literal_string(index.value) if isinstance(index, cst.Index) else None
+            key = literal_key(target)
             value = written_value(write, target)
             if key is None or value is None:
                 found.opaque = True  # ``d[k] = v``, ``del d["k"]``, ``d["k"] += v``

@@ -21,7 +21,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context
-from fsdp_lint.facts.values import literal_string
+from fsdp_lint.facts.values import literal_key, literal_string
 
 # environment variables torchrun (and the other launchers) set in every process it starts
 LAUNCHER_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
@@ -108,10 +108,9 @@ def environment_read(expr, any_receiver: bool = False) -> Optional[Tuple[str, Op
     ``getenv`` of any receiver (a rank word asks no more: the variable's name says it).
     The one reader of the environment the rank facts use (``ranks``, ``_launcher_rank``)."""
     if isinstance(expr, cst.Subscript):
-        if dotted_name(expr.value) not in ("os.environ", "environ") or len(expr.slice) != 1:
+        if dotted_name(expr.value) not in ("os.environ", "environ"):
             return None
-        index = expr.slice[0].slice
-        name = literal_string(index.value) if isinstance(index, cst.Index) else None
+        name = literal_key(expr)
         return (name, None) if name is not None else None
     if not isinstance(expr, cst.Call) or not expr.args:
         return None

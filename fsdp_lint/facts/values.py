@@ -28,6 +28,13 @@ def literal_string(expr: Optional[cst.BaseExpression]) -> Optional[str]:
     return None
 
 
+def literal_key(subscript: cst.Subscript) -> Optional[str]:
+    """The key of ``x["key"]`` when it is one literal string; None for anything else
+    (a slice, several indices, a key that is not a literal)."""
+    index = subscript.slice[0].slice if len(subscript.slice) == 1 else None
+    return literal_string(index.value) if isinstance(index, cst.Index) else None
+
+
 def bind_arguments(
     args: Sequence[cst.Arg], params: Sequence[str]
 ) -> Tuple[Dict[str, cst.Arg], bool]:
