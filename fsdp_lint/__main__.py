@@ -1,5 +1,5 @@
 import sys
 
-from fsdp_lint.cli import main
+from fsdp_lint.cli import console
 
-sys.exit(main())
+sys.exit(console())

@@ -18,6 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 from fsdp_lint import __version__
+from fsdp_lint.collector import tune_for_a_run
 from fsdp_lint.interrupt import handlers
 
 SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server")
@@ -43,6 +44,14 @@ def _mistyped_command(first: str) -> Optional[str]:
         return None
     close = difflib.get_close_matches(first, SUBCOMMANDS, n=1)
     return close[0] if close else None
+
+
+def console() -> int:
+    """The ``fsdp-lint`` command (and ``python -m fsdp_lint``): ``main`` in a process of its
+    own, whose garbage collector it tunes (``collector``; callers of ``main`` in their own
+    process keep theirs)."""
+    tune_for_a_run()
+    return main()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
