@@ -109,14 +109,15 @@ def project_kinds(project, text: str) -> Dict[str, FrozenSet[str]]:
     return project.gate_kinds(text) if project is not None else {}
 
 
-def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None, project=None) -> List[Type[Rule]]:
+def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None, project=None,
+                 kinds: Optional[Dict[str, FrozenSet[str]]] = None) -> List[Type[Rule]]:
     """Stage 1: the rules whose text markers all occur in the file (most files contain
     none of the gate's strings and are settled by them alone), and those a project helper
     the file calls concerns (``Rule.project_kinds``, read off the project index).  Every
-    rule with the gate off (``gate_on``)."""
+    rule with the gate off (``gate_on``).  ``kinds``: ``project_kinds`` where the caller has them."""
     if not gate_on():
         return list(rules)
-    kinds = frozenset().union(*project_kinds(project, text).values())
+    kinds = frozenset().union(*(project_kinds(project, text) if kinds is None else kinds).values())
     gate = _gate(rules)
     if not kinds and gate is not None and not (launch is not None and any(rule.launch_markers for rule in rules)) \
             and not any(key in text and any(m in text for m in group) for key, group in gate):
@@ -152,7 +153,10 @@ class FileGate:
         self.project = project  # ``fsdp_lint.project.ProjectView`` or None
         self._project_sent = False  # unpickled in a worker: the worker's view stands in
         self.gated = gate_on()
-        self.wanted = wanted_rules(text, self.rules, launch, project)
+        # what the project helpers the file calls do, read once: a worker gets them with the
+        # gate and does not summarize the project's files again
+        self.kinds = project_kinds(project, text) if self.gated else {}
+        self.wanted = wanted_rules(text, self.rules, launch, project, self.kinds)
         self._topic: Optional[bool] = None
         self._screening: Optional[Screening] = None
         self.cache_key: Optional[str] = None
@@ -186,7 +190,7 @@ class FileGate:
     @property
     def screening(self) -> Screening:
         if self._screening is None:
-            self._screening = Screening(self.text, self.wanted, self._tree, project_kinds(self.project, self.text),
+            self._screening = Screening(self.text, self.wanted, self._tree, self.kinds,
                                         self.launch is not None)
         return self._screening
 
@@ -203,7 +207,17 @@ class FileGate:
 
 def cpython_syntax_error(text: str) -> Optional[SyntaxError]:
     """CPython's own SyntaxError for ``text`` (``ast.parse``), or None where it parses (or
-    fails for another reason: null bytes, too deep for the stack)."""
+    fails for another reason: null bytes, too deep for the stack).  ``compile`` asks first:
+    it parses the same way without making ``ast``'s Python objects (about a fifth of the
+    time), and what compiles also parses; where it fails (it also refuses some code the
+    parser accepts, ``return`` outside a function), ``ast.parse`` answers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            compile(text, "<fsdp-lint>", "exec", dont_inherit=True)
+            return None
+        except Exception:  # noqa: BLE001 - any failure: the parser's own answer below
+            pass
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
