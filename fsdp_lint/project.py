@@ -91,13 +91,25 @@ _DIST_WORDS = re.compile(r"\b(?:" + "|".join(sorted(DIST_COLLECTIVES)) + r")\s*\
 _FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r")\s*\(")
 
 
+# a top-level ``def`` starts a line (a form feed may come first)
+_TOP_LEVEL_DEF = re.compile(r"^\f*(?:async[\s\\]+)?def\b", re.M)
+
+
 def _may_have_summary(text: str) -> bool:
-    """The text has a call a summary can come from (``_candidates`` then looks closer)."""
-    if _GATHER_WORDS.search(text) or "FullyShardedDataParallel" in text or "ShardingStrategy" in text:
+    """The text has a call a summary can come from (``_candidates`` then looks closer): a
+    summary is of top-level functions only, so there is a top-level ``def``, and the call is
+    in a function's body, after the first such ``def``."""
+    first = _TOP_LEVEL_DEF.search(text)
+    if first is None:
+        return False
+    if "FullyShardedDataParallel" in text or "ShardingStrategy" in text:
         return True
-    if "torch.distributed" in text and _DIST_WORDS.search(text):
+    body = text[first.start():]
+    if _GATHER_WORDS.search(body):
         return True
-    return ("accelerat" in text or "abric" in text or "lightning" in text) and bool(_FRAMEWORK_WORDS.search(text))
+    if "torch.distributed" in text and _DIST_WORDS.search(body):
+        return True
+    return ("accelerat" in text or "abric" in text or "lightning" in text) and bool(_FRAMEWORK_WORDS.search(body))
 
 
 _FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
@@ -106,23 +118,24 @@ _AT_FIELDS = ("line", "collective_at", "shard_at", "save_at", "wrap_at")
 
 
 class ModuleSummary:
-    """A file's helpers (top-level functions by name), the names it imports (``exports``:
-    what a package's ``__init__`` re-exports) and its classes' tied parameters (``ties``:
-    class name -> [first path, second path, line] for each ``self.a.w = self.b.w`` of
-    ``facts.ties``, every instance's tie)."""
+    """A file's helpers (top-level functions by name) and, for a package's ``__init__``, the
+    names it imports (``exports``: what it re-exports).  Its classes' tied parameters are a
+    part of their own (``class_ties_of_text``), read only where a rule asks for a class."""
 
-    def __init__(self, functions: Dict[str, dict], exports: Dict[str, str], ties: Optional[Dict[str, list]] = None) -> None:
+    def __init__(self, functions: Dict[str, dict], exports: Dict[str, str]) -> None:
         self.functions = functions
         self.exports = exports
-        self.ties = ties or {}
 
     def to_json(self) -> str:
-        return json.dumps({"functions": self.functions, "exports": self.exports, "ties": self.ties}, sort_keys=True)
+        return json.dumps({"functions": self.functions, "exports": self.exports}, sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> "ModuleSummary":
         data = json.loads(text)
-        return ModuleSummary(dict(data["functions"]), dict(data["exports"]), dict(data["ties"]))
+        found = ModuleSummary(dict(data["functions"]), dict(data["exports"]))
+        for data in found.functions.values():
+            Helper.from_json(data, "")  # a damaged or foreign file is a miss
+        return found
 
 
 EMPTY = ModuleSummary({}, {})
@@ -133,10 +146,10 @@ EMPTY = ModuleSummary({}, {})
 _TIE_TEXT = re.compile(r"self\.\w+\.\w[\w.]*\s*=[\s(\\]*self\.\w+\.\w")
 
 
-def _class_ties(text: str) -> Dict[str, list]:
-    """``ModuleSummary.ties`` of a text (a file with no ``self.x.y = self.z.w`` is not parsed:
-    the project index summarizes every file a linted file imports, and most classes'
-    ``self.x = self.y.z`` ties nothing)."""
+def class_ties_of_text(text: str) -> Dict[str, list]:
+    """A file's classes' tied parameters: class name -> [first path, second path, line] for
+    each ``self.a.w = self.b.w`` of ``facts.ties`` (every instance's tie).  A file with no
+    ``self.x.y = self.z.w`` is not parsed (most classes' ``self.x = self.y.z`` ties nothing)."""
     if not _TIE_TEXT.search(text):
         return {}
     try:
@@ -190,15 +203,15 @@ def _blank_definitions(text: str, tree: ast.Module, keep) -> str:
     return "".join(lines)
 
 
-def summarize_text(text: str) -> ModuleSummary:
-    """The summary of one file's text (``facts.helpers.summaries`` with lines for nodes)."""
-    exports = {bound: spec for bound, spec in _import_bindings(text) if "." not in bound}
-    tied = _class_ties(text)
-    if "def " not in text or not _may_have_summary(text):
-        return ModuleSummary({}, exports, tied)
+def summarize_text(text: str, package: bool = False) -> ModuleSummary:
+    """The summary of one file's text (``facts.helpers.summaries`` with lines for nodes);
+    ``package``: the text is a package's ``__init__`` (only those re-export, ``exports``)."""
+    exports = {bound: spec for bound, spec in _import_bindings(text) if "." not in bound} if package else {}
+    if not _may_have_summary(text):
+        return ModuleSummary({}, exports)
     kept = _summarized_text(text)
     if kept is None:
-        return ModuleSummary({}, exports, tied)
+        return ModuleSummary({}, exports)
     try:
         module = cst.parse_module(kept)
         facts = index_module(module)
@@ -218,9 +231,9 @@ def summarize_text(text: str) -> ModuleSummary:
                 data[key] = positions(node).start.line if node is not None else None
             data["file"] = ""
             functions[name] = data
-        return ModuleSummary(functions, exports, tied)
+        return ModuleSummary(functions, exports)
     except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): no summary, never a finding
-        return ModuleSummary({}, exports, tied)
+        return ModuleSummary({}, exports)
 
 
 def _summarized_text(text: str) -> Optional[str]:
@@ -367,6 +380,21 @@ def _import_bindings(text: str) -> List[Tuple[str, str]]:
 _FILE_WIDE = re.compile(r"fsdp|fully_shard|FullyShardedDataParallel", re.IGNORECASE)
 
 
+def _load_ties(text: str) -> Dict[str, list]:
+    found = json.loads(text)
+    if not isinstance(found, dict):
+        raise ValueError("not a ties part")
+    return found
+
+
+# a part of a file's index: (when unknown, computed from (path, text), read back, written)
+_PARTS = {
+    "summary": (EMPTY, lambda path, text: summarize_text(text, os.path.basename(path) == "__init__.py"),
+                ModuleSummary.from_json, ModuleSummary.to_json),
+    "ties": ({}, lambda path, text: class_ties_of_text(text), _load_ties, lambda ties: json.dumps(ties, sort_keys=True)),
+}
+
+
 class ProjectIndex:
     """Summaries of a project's files, by content (one per process; its answers are shared by
     the files of a run).  ``cache_dir``: the result cache's folder (summaries go under
@@ -383,7 +411,8 @@ class ProjectIndex:
         # (file, depth) -> (stat, its passed_arguments)
         self._passed: Dict[Tuple[str, int], Tuple[Tuple[int, int], List[dict]]] = {}
         self._digests: Dict[str, Tuple[Tuple[int, int], str]] = {}  # file -> (stat, sha256 of its bytes)
-        self._summaries: Dict[str, Tuple[Tuple[int, int], ModuleSummary]] = {}
+        # file -> (stat, its part): "summary" (``ModuleSummary``), "ties" (``class_ties_of_text``)
+        self._parts: Dict[Tuple[str, str], Tuple[Tuple[int, int], object]] = {}
         self._exists: Dict[str, bool] = {}
         self._listings: Dict[str, FrozenSet[str]] = {}
         self._packages: Dict[str, str] = {}
@@ -434,45 +463,50 @@ class ProjectIndex:
         return self._exists[path]
 
     def summary(self, path: str) -> ModuleSummary:
+        return self._part(path, "summary")
+
+    def ties(self, path: str) -> Dict[str, list]:
+        return self._part(path, "ties")
+
+    def _part(self, path: str, part: str):
+        """A part of a file's index, computed once per content of the file (kept in memory
+        by the file's stat, and on disk by a digest of its bytes)."""
+        empty, compute, load, dump = _PARTS[part]
         try:
             stat = os.stat(path)
         except OSError:
-            return EMPTY
+            return empty
         key = (stat.st_mtime_ns, stat.st_size)
-        memo = self._summaries.get(path)
+        memo = self._parts.get((path, part))
         if memo is not None and memo[0] == key:
             return memo[1]
-        found = EMPTY if stat.st_size > MAX_BYTES else self._by_content(path)
-        self._summaries[path] = (key, found)
+        found = empty if stat.st_size > MAX_BYTES else self._by_content(path, part, empty, compute, load, dump)
+        self._parts[(path, part)] = (key, found)
         return found
 
-    def _by_content(self, path: str) -> ModuleSummary:
+    def _by_content(self, path: str, part: str, empty, compute, load, dump):
         try:
             with open(path, "rb") as handle:
                 raw = handle.read(MAX_BYTES + 1)
         except OSError:
-            return EMPTY
+            return empty
         if len(raw) > MAX_BYTES:
-            return EMPTY
-        digest = hashlib.sha256(SUMMARY_VERSION.encode() + b"\0" + raw).hexdigest()
+            return empty
+        digest = hashlib.sha256(f"{SUMMARY_VERSION}-{part}".encode() + b"\0" + raw).hexdigest()
         stored = os.path.join(self.cache_dir, "project", digest + ".json") if self.cache_dir else None
         if stored is not None:
             try:
                 with open(stored, encoding="utf-8") as handle:
-                    cached = ModuleSummary.from_json(handle.read())
-                for data in cached.functions.values():
-                    Helper.from_json(data, "")  # a damaged or foreign file is a miss
-                return cached
+                    return load(handle.read())
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                pass
-        text = raw.decode("utf-8", errors="replace")
-        found = summarize_text(text)
+                pass  # a damaged or foreign file is a miss
+        found = compute(path, raw.decode("utf-8", errors="replace"))
         if stored is not None:
             try:
                 os.makedirs(os.path.dirname(stored), exist_ok=True)
                 temporary = f"{stored}.{os.getpid()}.tmp"
                 with open(temporary, "w", encoding="utf-8") as handle:
-                    handle.write(found.to_json())
+                    handle.write(dump(found))
                 os.replace(temporary, stored)
             except OSError:
                 pass
@@ -694,7 +728,8 @@ class ProjectIndex:
 
     def _defined(self, importer: str, root: str, spec: str, part: str, depth: int = 0) -> Optional[Tuple[str, object]]:
         """(file, entry) of what ``spec`` names in ``importer`` in the ``part`` of its file's
-        summary ("functions" or "ties"), following a package ``__init__``'s re-exports."""
+        index ("functions" of its summary, or its "ties"), following a package
+        ``__init__``'s re-exports."""
         level = len(spec) - len(spec.lstrip("."))
         inner, _, name = spec[level:].rpartition(".")
         module = "." * level + inner
@@ -703,13 +738,13 @@ class ProjectIndex:
         path = self.module_file(importer, root, module)
         if path is None:
             return None
-        found = self.summary(path)
-        entry = getattr(found, part).get(name)
+        entry = (self.summary(path).functions if part == "functions" else self.ties(path)).get(name)
         if entry is not None:
             return path, entry
-        target = found.exports.get(name)
-        if target is not None and depth < MAX_REEXPORT_DEPTH and os.path.basename(path) == "__init__.py":
-            return self._defined(path, root, target, part, depth + 1)
+        if depth < MAX_REEXPORT_DEPTH and os.path.basename(path) == "__init__.py":
+            target = self.summary(path).exports.get(name)
+            if target is not None:
+                return self._defined(path, root, target, part, depth + 1)
         return None
 
     def helper(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, Helper]]:
@@ -718,7 +753,7 @@ class ProjectIndex:
         return (found[0], Helper.from_json(found[1], os.path.relpath(found[0], root))) if found is not None else None
 
     def class_ties(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, list]]:
-        """(file, ties) of the project class ``spec`` names in ``importer`` (``ModuleSummary.ties``)."""
+        """(file, ties) of the project class ``spec`` names in ``importer`` (``class_ties_of_text``)."""
         return self._defined(importer, root, spec, "ties")
 
     def module_helpers(self, importer: str, root: str, module: str) -> Dict[str, Helper]:

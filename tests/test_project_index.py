@@ -348,8 +348,8 @@ def test_modules_importing_each_other_pass_records_without_a_loop(tmp_path):
     assert _cli("--no-cache", ".", cwd=root) == [(11, "FSD104")]
 
 
-def test_a_class_tie_of_another_file_is_in_its_summary():
-    from fsdp_lint.project import ModuleSummary, summarize_text
+def test_a_class_tie_of_another_file_is_in_its_index_and_read_back_from_disk(tmp_path):
+    from fsdp_lint.project import ProjectIndex, class_ties_of_text
 
     text = (
         "import torch.nn as nn\n\n\n"
@@ -364,10 +364,18 @@ def test_a_class_tie_of_another_file_is_in_its_summary():
         "        super().__init__()\n"
         "        self.head = nn.Linear(4, 4)\n"
     )
-    found = summarize_text(text)
-    assert found.ties == {"LM": [["head.weight", "embed.weight", 9]]}
-    assert ModuleSummary.from_json(found.to_json()).ties == found.ties
-    assert summarize_text("def f():\n    return 1\n").ties == {}
+    assert class_ties_of_text(text) == {"LM": [["head.weight", "embed.weight", 9]]}
+    assert class_ties_of_text("def f():\n    return 1\n") == {}
+    module = tmp_path / "lm.py"
+    module.write_text(text)
+    first = ProjectIndex(str(tmp_path / "cache")).ties(str(module))
+    assert first == {"LM": [["head.weight", "embed.weight", 9]]}
+    stored = list((tmp_path / "cache" / "project").glob("*.json"))
+    assert len(stored) == 1
+    stored[0].write_text('{"LM": [["head.weight", "embed.weight", 99]]}')  # read back, not computed again
+    assert ProjectIndex(str(tmp_path / "cache")).ties(str(module)) == {"LM": [["head.weight", "embed.weight", 99]]}
+    stored[0].write_text("[1, 2]")  # damaged: computed again
+    assert ProjectIndex(str(tmp_path / "cache")).ties(str(module)) == first
 
 
 def test_what_other_files_pass_says_which_arguments_exist_on_one_rank():
@@ -416,7 +424,7 @@ def test_a_rank_value_passed_on_through_two_files_and_its_cache(tmp_path):
 
 
 def test_only_the_classes_that_can_tie_are_parsed_for_ties_and_lines_are_kept():
-    from fsdp_lint.project import _class_ties, _tying_classes
+    from fsdp_lint.project import _tying_classes, class_ties_of_text
 
     text = (
         "import torch.nn as nn\n\n\n"
@@ -436,7 +444,7 @@ def test_only_the_classes_that_can_tie_are_parsed_for_ties_and_lines_are_kept():
     assert kept.count("\n") == text.count("\n")
     assert "def helper" not in kept and "class LM" in kept and "class Scope" in kept
     # ``enter`` is neither ``__init__`` nor called: no tie of Scope
-    assert _class_ties(text) == {"LM": [["head.weight", "embed.weight", 18]]}
+    assert class_ties_of_text(text) == {"LM": [["head.weight", "embed.weight", 18]]}
     assert text.splitlines()[17].strip() == "self.head.weight = self.embed.weight"
     # a file of no such assignment is not parsed at all
-    assert _class_ties("class A:\n    def f(self):\n        self.x = self.y.z\n") == {}
+    assert class_ties_of_text("class A:\n    def f(self):\n        self.x = self.y.z\n") == {}
