@@ -112,8 +112,10 @@ def _may_have_summary(text: str) -> bool:
     return ("accelerat" in text or "abric" in text or "lightning" in text) and bool(_FRAMEWORK_WORDS.search(body))
 
 
-_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
-_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;(]*)", re.M)
+# led by the newline before the line (the text is scanned with one put in front): the same
+# matches as ``^`` under ``re.M``, found about twice as fast
+_FROM = re.compile(r"\n[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)")
+_IMPORT = re.compile(r"\n[ \t]*import[ \t]+([^\n#;(]*)")
 _AT_FIELDS = ("line", "collective_at", "shard_at", "save_at", "wrap_at")
 
 
@@ -352,7 +354,7 @@ def _import_bindings(text: str) -> List[Tuple[str, str]]:
     """(local dotted name, spec) for every import statement of ``text``: ``from .a import
     b as c`` gives ("c", ".a.b"), ``import a.b as c`` ("c", "a.b"), ``import a.b`` ("a.b",
     "a.b").  A plain scan (no parse): it may see more than the facts, never less."""
-    text = text.replace("\\\n", " ")
+    text = "\n" + text.replace("\\\n", " ")
     found = []
     for match in _FROM.finditer(text):
         module, names = match.group(1), match.group(2).strip().strip("()")
