@@ -36,7 +36,10 @@ runs on garbage without an error: NaN or a loss far from a random init's (11.08 
 Measured by the verifier on CPU/gloo, torch 2.13.0, one and two ranks (a 3-layer MLP):
 after `to_empty`, 5 or 6 of the 6 parameters (it varies with what the memory held) were
 outside `nn.Linear`'s init range, non-finite or zero, and the first loss was NaN; with
-`reset_parameters()` on each layer after `to_empty`, none.
+`reset_parameters()` on each layer after `to_empty`, none. Its one-rank form re-initialises
+under `if dist.get_rank() == 0:` (two ranks): rank 0's shards were nn.Linear's init, rank 1's
+were not (6 of 6) and the first loss was NaN (no hang: `reset_parameters` on a DTensor shard
+runs no collective); with the re-initialisation on every rank, none.
 
 ## Example
 ```python

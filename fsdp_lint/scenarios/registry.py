@@ -528,7 +528,7 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         hazard="the local shards keep their old values after reshard() (the edit made to the unsharded parameters "
         "is discarded)",
     ),
-    "FSD117": Scenario(
+    "FSD117": (Scenario(
         program="fsd117_to_empty_without_init.py",
         fixed_by=((
             "    model.to_empty(device=device)\n",
@@ -539,7 +539,23 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         ),),
         hazard="after to_empty the parameters are uninitialised memory (values outside nn.Linear's init range, "
         "non-finite or all zero)",
-    ),
+    ), Scenario(
+        program="fsd117_init_on_one_rank.py",
+        form="one-rank",
+        fixed_by=((
+            "    if dist.get_rank() == 0:\n"
+            "        for layer in model.modules():\n"
+            "            if isinstance(layer, torch.nn.Linear):\n"
+            "                layer.reset_parameters()\n",
+            "    for layer in model.modules():\n"
+            "        if isinstance(layer, torch.nn.Linear):\n"
+            "            layer.reset_parameters()\n",
+        ),),
+        hazard="the re-initialisation under a rank test fills that rank's shards only: another rank's shards "
+        "stay uninitialised memory (values outside nn.Linear's init range, non-finite or all zero)",
+        min_ranks=2,
+        ranks_why="with one rank, rank 0's re-initialisation covers every shard",
+    )),
     "FSD118": Scenario(
         program="fsd118_tied_parameters_in_separate_groups.py",
         fixed_by=((
