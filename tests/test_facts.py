@@ -6,7 +6,7 @@ import libcst as cst
 import pytest
 
 from fsdp_lint.facts.index import index_module
-from fsdp_lint.facts.loops import per_step_loop
+from fsdp_lint.facts.loops import per_step_hook, per_step_loop, per_step_via_call
 from fsdp_lint.facts.offload import cpu_param_evidence
 
 
@@ -123,6 +123,78 @@ def test_sparse_guards(test, every_step):
     )
     site = next(s for s in facts.calls if s.attr == "marker")
     assert (per_step_loop(facts, site.ctx) is not None) is every_step
+
+
+@pytest.mark.parametrize(
+    "base,method,guard,trainer",
+    [
+        ("pl.LightningModule", "training_step", "", "a LightningModule"),
+        ("pl.LightningModule", "on_before_zero_grad", "if self.trainer.is_last_batch:", "a LightningModule"),
+        ("LightningModule", "on_after_backward", "", "a LightningModule"),
+        ("Base", "optimizer_step", "", "a LightningModule"),  # through a class of the file
+        ("pl.Callback", "on_train_batch_end", "", "a Lightning callback"),
+        ("ModelCheckpoint", "on_train_batch_end", "", "a Lightning callback"),
+        ("TrainerCallback", "on_step_end", "", "a transformers TrainerCallback"),
+        # not a step: another hook, another class, a sparse guard on the trainer's counters
+        ("pl.LightningModule", "on_train_epoch_end", "", None),
+        ("pl.LightningModule", "validation_step", "", None),
+        ("pl.Callback", "training_step", "", None),  # a callback has no training_step
+        ("object", "on_before_zero_grad", "", None),
+        ("torch.nn.Module", "training_step", "", None),
+        ("pl.LightningModule", "on_train_batch_end", "if batch_idx % 100 == 0:", None),
+        ("pl.LightningModule", "on_train_batch_end", "if self.global_step == 10:", None),
+        ("TrainerCallback", "on_step_end", "if state.global_step in save_steps:", None),
+    ],
+)
+def test_trainer_hooks_run_on_every_step(base, method, guard, trainer):
+    body = f"{guard}\n                    marker()" if guard else "marker()"
+    facts = facts_of(
+        f"""
+        import torch
+        import lightning.pytorch as pl
+        from lightning.pytorch import LightningModule
+        from lightning.pytorch.callbacks import ModelCheckpoint
+        from transformers import TrainerCallback
+
+
+        class Base(pl.LightningModule):
+            pass
+
+
+        class Hooked({base}):
+            def {method}(self, *args, batch_idx=0, state=None):
+                {body}
+        """
+    )
+    found = per_step_hook(facts, _site(facts, "marker").ctx)
+    assert (found.trainer if found is not None else None) == trainer
+    if trainer is not None:
+        assert found.node.name.value == method
+
+
+def test_a_method_a_hook_calls_runs_on_every_step_one_level():
+    facts = facts_of(
+        """
+        import lightning.pytorch as pl
+
+
+        class Flow(pl.LightningModule):
+            def on_before_zero_grad(self, optimizer):
+                self.update_ema()
+
+            def update_ema(self):
+                marker()
+
+            def on_train_epoch_end(self):
+                self.log_norms()
+
+            def log_norms(self):
+                other()
+        """
+    )
+    where, call = per_step_via_call(facts, _site(facts, "marker").ctx)
+    assert where.node.name.value == "on_before_zero_grad" and call.attr == "update_ema"
+    assert per_step_via_call(facts, _site(facts, "other").ctx) is None
 
 
 def _site(facts, attr):

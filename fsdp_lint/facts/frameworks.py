@@ -20,6 +20,16 @@ Sources (line numbers as of the versions named):
   ``FSDPStrategy``) and ends in ``strategy.barrier`` (``pytorch/trainer/trainer.py``
   l. 1463-1465); the strategy names ``fsdp`` and ``fsdp_cpu_offload`` (``cpu_offload=True``)
   are registered in ``pytorch/strategies/fsdp.py`` l. 486-502.
+- Methods a trainer calls once per training step (``STEP_HOOKS``): lightning 2.6.6
+  ``pytorch/core/hooks.py`` (``on_train_batch_start``/``_end`` l. 68-80, ``on_before_zero_grad``,
+  ``on_before_backward``, ``on_after_backward``, ``on_before_optimizer_step`` l. 260-299),
+  ``pytorch/core/module.py`` (``training_step`` l. 710, ``backward`` l. 1120,
+  ``configure_gradient_clipping`` l. 1278, ``optimizer_step`` l. 1337, ``optimizer_zero_grad``
+  l. 1370), ``pytorch/callbacks/callback.py`` (the batch hooks, l. 76-91, 274-288);
+  transformers 5.24.0 ``trainer_callback.py`` (``TrainerCallback``: ``on_step_begin``,
+  ``on_pre_optimizer_step``, ``on_optimizer_step``, ``on_substep_end``, ``on_step_end``,
+  l. 371-396).  Their step counters: Lightning's ``batch_idx`` argument and ``global_step``
+  (of the module and the trainer), the Trainer state's ``global_step``.
 """
 
 from __future__ import annotations
@@ -57,6 +67,57 @@ WITH_FSDP = {
     "lightning_trainer": frozenset({"save_checkpoint"}),
 }
 _FRAMEWORK_BY_NAME = {"accelerator": "accelerator", "fabric": "fabric"}
+
+# the class a hook overrides -> its methods the trainer calls once per training step (or
+# micro-step), the module docstring's sources
+_LIGHTNING_BATCH_HOOKS = frozenset({
+    "on_train_batch_start", "on_train_batch_end", "on_before_backward", "on_after_backward",
+    "on_before_optimizer_step", "on_before_zero_grad",
+})
+STEP_HOOKS = {
+    "a LightningModule": _LIGHTNING_BATCH_HOOKS | {
+        "training_step", "backward", "configure_gradient_clipping", "optimizer_step", "optimizer_zero_grad"},
+    "a Lightning callback": _LIGHTNING_BATCH_HOOKS,
+    "a transformers TrainerCallback": frozenset({
+        "on_step_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_substep_end", "on_step_end"}),
+}
+STEP_HOOK_NAMES = frozenset().union(*STEP_HOOKS.values())
+# what those trainers count steps with (a test comparing one with ``==`` or ``in`` runs sparsely)
+STEP_COUNTERS = frozenset({
+    "batch_idx", "self.global_step", "self.trainer.global_step", "trainer.global_step", "pl_module.global_step",
+    "state.global_step",
+})
+_LIGHTNING_CALLBACKS = frozenset({"lightning.Callback", "lightning.pytorch.Callback", "pytorch_lightning.Callback"})
+
+
+def step_hook(facts: ModuleFacts, function) -> Optional[str]:
+    """The trainer's class (a key of ``STEP_HOOKS``) whose per-step hook the method
+    ``function`` (a ``FunctionInfo``) overrides: its class derives from that framework
+    class (also through classes of this file), and its name is one of the hooks; None
+    otherwise (a same-named method of any other class)."""
+    if function.class_def is None or function.parent is not None or function.name not in STEP_HOOK_NAMES:
+        return None
+    kind = _trainer_class(facts, function.class_def)
+    return kind if kind is not None and function.name in STEP_HOOKS[kind] else None
+
+
+def _trainer_class(facts: ModuleFacts, class_def, depth: int = 0) -> Optional[str]:
+    for base in class_def.bases:
+        qualname = facts.qualname(base.value) or ""
+        if qualname.startswith(("lightning.", "pytorch_lightning.")):
+            if qualname.endswith("LightningModule"):
+                return "a LightningModule"
+            if qualname in _LIGHTNING_CALLBACKS or qualname.startswith(
+                    ("lightning.pytorch.callbacks.", "pytorch_lightning.callbacks.")):
+                return "a Lightning callback"
+        if qualname.startswith("transformers.") and qualname.endswith("TrainerCallback"):
+            return "a transformers TrainerCallback"
+        local = facts.classes.get(dotted_name(base.value) or "")
+        if local is not None and local is not class_def and depth < 4:
+            found = _trainer_class(facts, local, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 # Text filters for the rules' markers (``Rule.marker_needs``), each true of every file in
 # which the facts below could answer yes.

@@ -12,19 +12,35 @@ do_eval:``), compares a loop counter with ``==`` or ``in`` (``step == max_steps 
 predicate).  Loop counters: the ``for`` target and the names the loop adds to (``step +=
 1``).  A test on anything else (a flag, ``step > warmup``) leaves every step.  A function
 of this file called on every step runs its body on every step too.
+
+A trainer's loop is not in the file: the methods it calls once per step are
+(``frameworks.STEP_HOOKS``: a LightningModule's ``training_step`` and batch hooks, a
+Lightning callback's, a transformers ``TrainerCallback``'s ``on_step_end``).  A hook's body
+runs on every step unless under a sparse guard, whose counters are the trainer's
+(``frameworks.STEP_COUNTERS``: ``batch_idx``, ``global_step``).
 """
 
 from __future__ import annotations
 
-from typing import Optional, Set, Tuple
+from dataclasses import dataclass
+from typing import Optional, Set, Tuple, Union
 
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import calls_of
+from fsdp_lint.facts.frameworks import STEP_COUNTERS, step_hook
 from fsdp_lint.facts.imports import dotted_name, target_names
 from fsdp_lint.facts.model import CallSite, Context, Guard, Loop, ModuleFacts
 from fsdp_lint.facts.walk import descendants
-from fsdp_lint.facts.scopes import latest_binding
+from fsdp_lint.facts.scopes import function_info, latest_binding
+
+
+@dataclass(frozen=True, eq=False)
+class StepHook:
+    """A method a trainer calls once per training step (``frameworks.step_hook``)."""
+
+    node: object  # the method's ``cst.FunctionDef``
+    trainer: str  # whose hook it is: "a LightningModule", ...
 
 
 def per_step_loop(facts: ModuleFacts, ctx: Context) -> Optional[Loop]:
@@ -67,6 +83,20 @@ def _sparse(facts: ModuleFacts, guard: Guard, loops, ctx: Context, depth: int = 
     return _sparse_test(facts, guard.node.test, counters, guard, ctx, depth)
 
 
+def per_step_hook(facts: ModuleFacts, ctx: Context) -> Optional[StepHook]:
+    """The trainer's per-step hook whose body runs ``ctx`` on every step (not under a sparse
+    guard, a test of ``%`` or of the trainer's step counters), or None."""
+    if ctx.function is None or ctx.class_def is None:
+        return None
+    info = function_info(facts, ctx.function)
+    trainer = step_hook(facts, info) if info is not None else None
+    if trainer is None:
+        return None
+    if any(g.periodic or _sparse_test(facts, g.node.test, set(STEP_COUNTERS), g, ctx, 0) for g in ctx.guards):
+        return None
+    return StepHook(ctx.function, trainer)
+
+
 def _sparse_test(facts: ModuleFacts, test, counters: Set[str], guard: Guard, ctx: Context, depth: int) -> bool:
     stack = [test]
     while stack:
@@ -93,20 +123,20 @@ def _sparse_test(facts: ModuleFacts, test, counters: Set[str], guard: Guard, ctx
     return False
 
 
-def per_step_via_call(facts: ModuleFacts, ctx: Context) -> Optional[Tuple[Loop, Optional[CallSite]]]:
-    """The training loop that runs ``ctx`` on every step: directly, or through a call of its
-    function (or method) from this file made on every step of a loop (one call level:
-    ``ema.update(model)`` in the loop, the summon inside ``update``).  The call is None for
-    the direct case."""
-    loop = per_step_loop(facts, ctx)
-    if loop is not None:
-        return loop, None
+def per_step_via_call(facts: ModuleFacts, ctx: Context) -> Optional[Tuple[Union[Loop, StepHook], Optional[CallSite]]]:
+    """The training loop, or the trainer's per-step hook, that runs ``ctx`` on every step:
+    directly, or through a call of its function (or method) from this file made on every
+    step (one call level: ``ema.update(model)`` in the loop, the summon inside ``update``).
+    The call is None for the direct case."""
+    found = per_step_loop(facts, ctx) or per_step_hook(facts, ctx)
+    if found is not None:
+        return found, None
     if ctx.function is None or any(_sparse(facts, g, ctx.loops, ctx) for g in ctx.guards):
         return None
     for call in calls_of(facts, ctx.function):
         site = facts.call_site(call)
         if site is not None and site.ctx.function is not ctx.function:
-            outer = per_step_loop(facts, site.ctx)
+            outer = per_step_loop(facts, site.ctx) or per_step_hook(facts, site.ctx)
             if outer is not None:
                 return outer, site
     return None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.loops import per_step_via_call
+from fsdp_lint.facts.frameworks import STEP_HOOK_NAMES
+from fsdp_lint.facts.loops import StepHook, per_step_via_call
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -13,10 +14,10 @@ class SummonInTrainingLoop(Rule):
     name = "summon-in-training-loop"
     summary = "`summon_full_params` runs on every iteration of a training loop"
     fix_availability = FIX_NEVER
-    markers = (("summon_full_params",), ("backward", ".step"))
+    markers = (("summon_full_params",), ("backward", ".step", *sorted(STEP_HOOK_NAMES)))
     gate_calls = frozenset({torch_api.SUMMON})
     gate_torch_only = True
-    gate_names = frozenset({"backward", "step"})
+    gate_names = frozenset({"backward", "step"}) | STEP_HOOK_NAMES
     gate_sites = True
     doc = """\
 ## What it does
@@ -34,6 +35,19 @@ leaves the summon on every step; nor is a
 summon in an outer epoch loop, or in an evaluation loop that never steps. A summon in a
 function or method of the same file that the loop calls on every step
 (`ema.update(model)`, `log_weight_norm(model)`) runs on every step too (one call level).
+
+A trainer's loop is not in the file, but the methods it calls on every training step are:
+a `LightningModule`'s `training_step`, `backward`, `optimizer_step`, `optimizer_zero_grad`,
+`configure_gradient_clipping` and batch hooks (`on_train_batch_start`/`_end`,
+`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`,
+`on_before_zero_grad`), a Lightning `Callback`'s batch hooks, and a transformers
+`TrainerCallback`'s `on_step_begin`, `on_pre_optimizer_step`, `on_optimizer_step`,
+`on_substep_end` and `on_step_end` (lightning 2.6.6, transformers 5.24.0). The method's class
+must derive from the framework's class (also through classes of this file). A summon in such
+a hook (or in a method of the file it calls) is flagged unless under a sparse guard, whose
+counters are the trainer's: `batch_idx` and `global_step` (`if batch_idx % 100 == 0:`,
+`if state.global_step == state.max_steps:`). The EMA update in `on_before_zero_grad` under
+`FSDPStrategy` is the common case.
 
 ## Why is this bad?
 Each summon all-gathers every parameter of the module: one extra all-gather of the whole
@@ -69,9 +83,11 @@ for step, batch in enumerate(loader):
 
 ## Known problems
 - A training loop is one the file shows: a `for`/`while` loop that is the innermost loop of
-  a `.backward(...)` or `.step(...)` call in the same function. A loop whose step runs in a
-  function it calls (`train_step(batch)`), or a framework's loop (a Trainer callback, a
-  Lightning hook), is not seen, and its summons are not flagged.
+  a `.backward(...)` or `.step(...)` call in the same function, or a trainer's per-step hook
+  listed above. A loop whose step runs in a function it calls (`train_step(batch)`), a hook
+  of another framework, or a hook method of a class whose framework base the file cannot
+  name (a base class from another module of the project), is not seen, and its summons are
+  not flagged.
 - The summon must be in the loop's function or in a function of this file that the loop
   calls directly (one call level); a summon two calls away or in another module is not
   followed.
@@ -93,14 +109,19 @@ computing the statistic from the local shards plus one scalar `torch.distributed
             found = per_step_via_call(facts, summon.site.ctx)
             if found is None:
                 continue
-            loop, call = found
+            where, call = found
             through = f" (through the call at line {report.row(call.node)})" if call is not None else ""
             what = "the root module's own parameters" if summon.value("recurse") is False else "all parameters"
+            if isinstance(where, StepHook):
+                runs = (f"in `{where.node.name.value}` (line {report.row(where.node)}), a hook of "
+                        f"{where.trainer} that the trainer calls on every training step{through}")
+                advice = "move it to a per-epoch hook, guard it to every N steps (`if batch_idx % N == 0:`)"
+            else:
+                runs = f"on every iteration of the training loop at line {report.row(where.node)}{through}"
+                advice = "move it out of the loop, guard it to every N steps (`if step % N == 0:`)"
             report(
                 summon.node,
-                "`summon_full_params` runs on every iteration of the training loop at line "
-                f"{report.row(loop.node)}{through}: one extra all-gather of {what} per step; "
-                "move it out of the loop, guard it to every N steps (`if step % N == 0:`), or "
+                f"`summon_full_params` runs {runs}: one extra all-gather of {what} per step; {advice}, or "
                 "compute from the local shards plus an `all_reduce`",
                 statement=summon.site.ctx.statement,
             )
