@@ -172,6 +172,55 @@ def test_trainer_hooks_run_on_every_step(base, method, guard, trainer):
         assert found.node.name.value == method
 
 
+@pytest.mark.parametrize(
+    "before,after,every_step",
+    [
+        ("", "self.warned = True", False),  # a latch set after the test: once
+        ("", "self.warned = None", False),
+        ("", "self.warned = check(batch)", True),  # set to what a call returns: not a latch
+        ("self.warned = True\n        prepare()", "", True),  # set before the test only
+    ],
+)
+def test_a_latch_the_loop_sets_after_its_test_runs_once(before, after, every_step):
+    facts = facts_of(
+        f"""
+        def train(self):
+            for batch in loader:
+                {before}
+                loss.backward()
+                if not self.warned:
+                    marker()
+                    {after}
+        """.replace("\n        prepare()", "\n                prepare()")
+    )
+    assert (per_step_loop(facts, _site(facts, "marker").ctx) is not None) is every_step
+
+
+def test_a_latch_in_a_hook_runs_once():
+    facts = facts_of(
+        """
+        import lightning.pytorch as pl
+
+
+        class Logger(pl.Callback):
+            def on_train_epoch_start(self, trainer, pl_module):
+                self.logged = False
+
+            def on_after_backward(self, trainer, pl_module):
+                if self.logged:
+                    return
+                self.logged = True
+                marker()
+
+            def on_before_zero_grad(self, trainer, pl_module, optimizer):
+                if self.enabled:
+                    other()
+        """
+    )
+    assert per_step_hook(facts, _site(facts, "marker").ctx) is None
+    assert per_step_hook(facts, _site(facts, "other").ctx) is not None  # a flag: every step
+
+
 def test_a_method_a_hook_calls_runs_on_every_step_one_level():
     facts = facts_of(
         """

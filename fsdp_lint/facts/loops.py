@@ -10,7 +10,9 @@ break/return/raise), does not run on every step.  A guard is sparse when its tes
 do_eval:``), compares a loop counter with ``==`` or ``in`` (``step == max_steps - 1``,
 ``step in eval_steps``), or passes one to a call (``should_run(step, every)``, a schedule
 predicate).  Loop counters: the ``for`` target and the names the loop adds to (``step +=
-1``).  A test on anything else (a flag, ``step > warmup``) leaves every step.  A function
+1``).  A test of a latch the function sets after it (``if self.logged: return``, then
+``self.logged = True``) runs once.  A test on anything else (a flag, ``step > warmup``)
+leaves every step.  A function
 of this file called on every step runs its body on every step too.
 
 A trainer's loop is not in the file: the methods it calls once per step are
@@ -77,10 +79,36 @@ def _mentions(expr, names: Set[str]) -> bool:
 
 def _sparse(facts: ModuleFacts, guard: Guard, loops, ctx: Context, depth: int = 0) -> bool:
     """The guard's branch does not run on every iteration of ``loops`` (the module docstring)."""
-    if guard.periodic or guard.leaves_loop:
+    if guard.periodic or guard.leaves_loop or _latched(guard, ctx):
         return True
     counters: Set[str] = set().union(*(_counters(facts, loop) for loop in loops))
     return _sparse_test(facts, guard.node.test, counters, guard, ctx, depth)
+
+
+_CONSTANTS = frozenset({"True", "False", "None"})
+
+
+def _latched(guard: Guard, ctx: Context) -> bool:
+    """The guard's test reads a name or attribute that its function sets to a constant after
+    the test (``if self.logged: return``, then ``self.logged = True``; ``if not warned:
+    ...; warned = True``): a run-once latch, so what it guards does not run on every step
+    (unless something else resets it every step: then a finding is missed, never made).
+    "After": at the test's order or later (the order counts calls, and none may stand
+    between the test and the binding)."""
+    if guard.bindings is None or ctx.function is None:
+        return False
+    stack = [guard.node.test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            name = dotted_name(node)
+            if name is not None and any(
+                    b.order >= guard.order and b.kind == "assign" and isinstance(b.value, cst.Name)
+                    and b.value.value in _CONSTANTS for b in guard.bindings.of(ctx.function, name)):
+                return True
+        if isinstance(node, (cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.Attribute)):
+            stack.extend(node.children)
+    return False
 
 
 def per_step_hook(facts: ModuleFacts, ctx: Context) -> Optional[StepHook]:
@@ -92,7 +120,8 @@ def per_step_hook(facts: ModuleFacts, ctx: Context) -> Optional[StepHook]:
     trainer = step_hook(facts, info) if info is not None else None
     if trainer is None:
         return None
-    if any(g.periodic or _sparse_test(facts, g.node.test, set(STEP_COUNTERS), g, ctx, 0) for g in ctx.guards):
+    if any(g.periodic or _latched(g, ctx) or _sparse_test(facts, g.node.test, set(STEP_COUNTERS), g, ctx, 0)
+           for g in ctx.guards):
         return None
     return StepHook(ctx.function, trainer)
 

@@ -30,8 +30,10 @@ flagged. Sparse: the test uses `%` (`if step % eval_every == 0:`, also through a
 bound from it: `do_eval = step % n == 0; if do_eval:`), compares a loop counter with `==`
 or `in` (`if step == max_steps - 1:`, `if step in eval_steps:`), or passes one to a call
 (`if should_run(step, every):`); loop counters are the `for` target and names the loop adds
-to (`global_step += 1`). A test on anything else (`if args.debug:`, `if step > warmup:`)
-leaves the summon on every step; nor is a
+to (`global_step += 1`). A run-once latch is sparse too: a test of a name or attribute
+the function sets to `True`/`False`/`None` after the test (`if not checked: ...; checked =
+True`, `if self.logged: return` then `self.logged = True`). A test on anything else (`if
+args.debug:`, `if step > warmup:`) leaves the summon on every step; nor is a
 summon in an outer epoch loop, or in an evaluation loop that never steps. A summon in a
 function or method of the same file that the loop calls on every step
 (`ema.update(model)`, `log_weight_norm(model)`) runs on every step too (one call level).
