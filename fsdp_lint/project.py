@@ -420,6 +420,8 @@ class ProjectIndex:
         self._packages: Dict[str, str] = {}
         self._modules: Dict[Tuple[str, str, str], Optional[str]] = {}
         self._reach: Dict[str, Tuple[Tuple[int, int], FrozenSet[str]]] = {}
+        # (folder of the importer, root, spec) -> what ``resolved`` found
+        self._resolved: Dict[Tuple[str, str, str], Tuple[Optional[Helper], Dict[str, Helper]]] = {}
         self._since = time.monotonic()
 
     def __getstate__(self):  # workers start with empty memories
@@ -437,6 +439,7 @@ class ProjectIndex:
             self._packages.clear()
             self._modules.clear()
             self._reach.clear()
+            self._resolved.clear()
             self._since = now
         path = os.path.abspath(path)
         folder = os.path.dirname(path)
@@ -758,6 +761,20 @@ class ProjectIndex:
         """(file, ties) of the project class ``spec`` names in ``importer`` (``class_ties_of_text``)."""
         return self._defined(importer, root, spec, "ties")
 
+    def resolved(self, importer: str, root: str, spec: str) -> Tuple[Optional[Helper], Dict[str, Helper]]:
+        """(the project function ``spec`` names, the functions of the project module it
+        names) as ``importer``'s imports see them: what ``ProjectView.imported_helpers`` reads
+        for every import of every file, looked up once per folder (an import resolves the
+        same from every file of a folder) and kept as the index keeps its other lookups (for
+        the run; a long-lived index reads them again after ``memo_seconds``)."""
+        key = (os.path.dirname(importer), root, spec)
+        found = self._resolved.get(key)
+        if found is None:
+            helper = self.helper(importer, root, spec)
+            found = (helper[1] if helper is not None else None, self.module_helpers(importer, root, spec))
+            self._resolved[key] = found
+        return found
+
     def module_helpers(self, importer: str, root: str, module: str) -> Dict[str, Helper]:
         path = self.module_file(importer, root, module)
         if path is None:
@@ -810,12 +827,12 @@ class ProjectView:
         if key not in self._scans:
             found: Dict[str, Helper] = {}
             for bound, spec in _import_bindings(text):
-                if text.count(bound) < 2:
-                    continue  # named only where it is imported: never called, its summary cannot matter
-                helper = self.helper(spec)
+                helper, inner_helpers = self.index.resolved(self.path, self.root, spec)
+                if (helper is None and not inner_helpers) or text.count(bound) < 2:
+                    continue  # nothing there, or named only where it is imported: never called
                 if helper is not None:
                     found[bound] = helper
-                for name, inner in self.index.module_helpers(self.path, self.root, spec).items():
+                for name, inner in inner_helpers.items():
                     found[f"{bound}.{name}"] = inner
             self._scans[key] = found
         return self._scans[key]
