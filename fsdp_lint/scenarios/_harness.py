@@ -55,6 +55,13 @@ def mlp(width=64, depth=3):
     return torch.nn.Sequential(*layers)
 
 
+def not_linear_init(tensors, fan_in=64):
+    """How many of ``tensors`` hold what ``nn.Linear``'s init could not give: a non-finite
+    value, one outside +-1/sqrt(fan_in), or all zeros (an empty local shard is fine)."""
+    return sum(not (torch.isfinite(w).all() and (w.abs() <= fan_in ** -0.5).all() and (w.numel() == 0 or w.abs().sum() > 0))
+               for w in tensors)
+
+
 def report(**data):
     """Write this rank's measurements for the verifier's judge."""
     folder = os.environ.get("FSDP_LINT_RESULT_DIR")
