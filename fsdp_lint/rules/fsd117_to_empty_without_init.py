@@ -38,7 +38,7 @@ after `to_empty`, 5 or 6 of the 6 parameters (it varies with what the memory hel
 outside `nn.Linear`'s init range, non-finite or zero, and the first loss was NaN; with
 `reset_parameters()` on each layer after `to_empty`, none. Its one-rank form re-initialises
 under `if dist.get_rank() == 0:` (two ranks): rank 0's shards were nn.Linear's init, rank 1's
-were not (5 or 6 of 6, with what the memory held) and the first loss was NaN (no hang: `reset_parameters` on a DTensor shard
+were not (4 to 6 of the 6 in three runs, with what the memory held) and the first loss was NaN (no hang: `reset_parameters` on a DTensor shard
 runs no collective); with the re-initialisation on every rank, none.
 
 ## Example
