@@ -11,6 +11,7 @@ changed on disk since it was read.
 from __future__ import annotations
 
 import codecs
+import itertools
 import os
 import re
 import stat
@@ -24,6 +25,7 @@ from fsdp_lint.notebook import Notebook, NotebookError, is_notebook, parse as pa
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 # PEP 263: a comment naming the encoding on line 1 or 2
 _CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+", re.M)
+_RAW_LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # a line of raw bytes, as CPython splits them
 
 
 class SourceError(Exception):
@@ -76,8 +78,9 @@ def decode_source(raw: bytes, path: str = "<stdin>") -> SourceFile:
         return _decode_notebook(raw, path)
     if b"\x00" in raw:
         raise SourceError("binary file (contains NUL bytes), not Python source")
-    lines = iter(re.findall(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", raw[:4096]))
-    first_two = re.findall(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", raw[:4096])[:2]
+    # PEP 263 reads at most the first two lines (``tokenize.detect_encoding``)
+    first_two = [match.group() for match in itertools.islice(_RAW_LINE.finditer(raw[:4096]), 2)]
+    lines = iter(first_two)
     declared = any(_CODING.match(line) for line in first_two)
     bom = raw.startswith(codecs.BOM_UTF8)
     body = raw[len(codecs.BOM_UTF8):] if bom else raw
