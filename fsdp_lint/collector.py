@@ -6,8 +6,8 @@ of a cold run's CPU time on the ML-library corpus (measured: ``docs/benchmark.md
 lint run raises the first threshold, and freezes what is alive when it starts (the
 imported modules), so that each full collection walks only what the run itself made.
 Objects are still collected: only less often, at a cost of a few MiB of peak memory.
-Only the ``fsdp-lint`` command sets this (``cli.console``); the flake8 plugin and the language server run inside
-processes whose collector is not ours to tune."""
+Only the ``fsdp-lint`` command sets this (``cli.console``); the flake8 plugin and the
+language server run inside processes whose collector is not ours to tune."""
 
 from __future__ import annotations
 

@@ -169,17 +169,25 @@ def class_ties_of_text(text: str) -> Dict[str, list]:
         return {}
 
 
+def _ast_of(source) -> Optional[ast.Module]:
+    """``source``'s ``ast`` (text or bytes), None where it does not parse (or is too deep or
+    large for the parser); its warnings are not the user's business here."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+
+
 def _tying_classes(text: str) -> str:
     """The text with only the top-level classes that can hold a tie (``_TIE_TEXT`` in their
     body) and the code outside classes and functions kept in place; every other top-level
     ``def`` and ``class`` becomes blank lines, so each kept line keeps its number.  (A tie
     in a method called only from outside its class is then not seen: a missed tie, never a
     finding.)  The whole text where ``ast`` cannot parse it."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _ast_of(text)
+    if tree is None:
         return text
     return _blank_definitions(text, tree, lambda node, body: isinstance(node, ast.ClassDef) and _TIE_TEXT.search(body))
 
@@ -266,11 +274,8 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
     may return an FSDP1 wrap); or gathers a DTensor in a loop over its parameter's
     parameters; or, in a file naming ``ShardingStrategy``, returns a member (it may choose
     the strategy: ``Helper.strategies``)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+    tree = _ast_of(text)
+    if tree is None:
         return None
     distributed = "torch.distributed" in text
     frameworks = "accelerat" in text or "abric" in text or "lightning" in text
@@ -571,10 +576,10 @@ class ProjectIndex:
             if os.path.getsize(path) > MAX_BYTES:
                 return []
             with open(path, "rb") as handle:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    tree = ast.parse(handle.read())
-        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+                tree = _ast_of(handle.read())
+        except OSError:
+            return []
+        if tree is None:
             return []
         specs: List[Tuple[str, str]] = []  # (module, a name imported from it or "")
         for node in ast.walk(tree):

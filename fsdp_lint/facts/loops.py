@@ -77,12 +77,17 @@ def _mentions(expr, names: Set[str]) -> bool:
     )
 
 
-def _sparse(facts: ModuleFacts, guard: Guard, loops, ctx: Context, depth: int = 0) -> bool:
+def _sparse(facts: ModuleFacts, guard: Guard, loops, ctx: Context) -> bool:
     """The guard's branch does not run on every iteration of ``loops`` (the module docstring)."""
-    if guard.periodic or guard.leaves_loop or _latched(guard, ctx):
+    if guard.leaves_loop:
         return True
-    counters: Set[str] = set().union(*(_counters(facts, loop) for loop in loops))
-    return _sparse_test(facts, guard.node.test, counters, guard, ctx, depth)
+    return _sparse_on(facts, guard, set().union(*(_counters(facts, loop) for loop in loops)), ctx)
+
+
+def _sparse_on(facts: ModuleFacts, guard: Guard, counters, ctx: Context) -> bool:
+    """The guard's test runs its branch sparsely with these step counters: ``%``, a run-once
+    latch, or a test of a counter (``_sparse_test``)."""
+    return guard.periodic or _latched(guard, ctx) or _sparse_test(facts, guard.node.test, counters, guard, ctx, 0)
 
 
 _CONSTANTS = frozenset({"True", "False", "None"})
@@ -120,8 +125,7 @@ def per_step_hook(facts: ModuleFacts, ctx: Context) -> Optional[StepHook]:
     trainer = step_hook(facts, info) if info is not None else None
     if trainer is None:
         return None
-    if any(g.periodic or _latched(g, ctx) or _sparse_test(facts, g.node.test, set(STEP_COUNTERS), g, ctx, 0)
-           for g in ctx.guards):
+    if any(_sparse_on(facts, g, STEP_COUNTERS, ctx) for g in ctx.guards):
         return None
     return StepHook(ctx.function, trainer)
 
