@@ -12,7 +12,7 @@ from fsdp_lint.rules.base import FIX_NEVER, Rule
 class SummonInTrainingLoop(Rule):
     code = "FSD002"
     name = "summon-in-training-loop"
-    summary = "`summon_full_params` runs on every iteration of a training loop"
+    summary = "`summon_full_params` runs on every training step: in a training loop, or in a trainer's per-step hook"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("backward", ".step", *sorted(STEP_HOOK_NAMES)))
     gate_calls = frozenset({torch_api.SUMMON})

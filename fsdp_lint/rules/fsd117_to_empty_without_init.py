@@ -12,7 +12,7 @@ from fsdp_lint.rules.base import FIX_NEVER, Rule
 class ToEmptyWithoutInit(Rule):
     code = "FSD117"
     name = "to-empty-without-init"
-    summary = "a model built on the meta device, sharded with `fully_shard`, materialised with `to_empty()` and run with no re-initialisation or load: the weights are uninitialised memory"
+    summary = "a model built on the meta device, sharded with `fully_shard`, materialised with `to_empty()` and run with no re-initialisation or load on every rank: the weights are uninitialised memory"
     fix_availability = FIX_NEVER
     markers = (("to_empty",), ("fully_shard",), ("meta", "init_empty_weights"))
     gate_facts = ("fsdp2_wrap",)
