@@ -511,6 +511,26 @@ def test_a_type_test_says_a_module_is_not_fsdp(test, branch, expected):
     assert tested_not_instance(facts, use.ctx, "model", torch_api.FSDP_CLASS) is expected
 
 
+@pytest.mark.parametrize("code, expected", [
+    # the else of a hasattr test: what runs there has no such attribute
+    ("if hasattr(norm, 'item'):\n        pass\n    else:\n        use(norm)", True),
+    ("if not hasattr(norm, 'full_tensor'):\n        use(norm)", True),
+    ("x = norm.item() if hasattr(norm, 'item') else use(norm)", True),
+    # the branch where it has one, another attribute, another name, a non-hasattr test
+    ("if hasattr(norm, 'item'):\n        use(norm)", False),
+    ("x = use(norm) if hasattr(norm, 'item') else 0.0", False),
+    ("if not hasattr(norm, 'shape_of_mine'):\n        use(norm)", False),
+    ("if not hasattr(other, 'item'):\n        use(norm)", False),
+    ("if not isinstance(norm, float):\n        use(norm)", False),
+])
+def test_a_hasattr_test_says_what_a_value_lacks(code, expected):
+    from fsdp_lint.facts.conditions import tested_without
+
+    facts = _facts(f"def f(norm, other):\n    {code}\n")
+    use = _call(facts, "use(norm)")
+    assert tested_without(use.ctx, "norm", {"item", "full_tensor"}) is expected
+
+
 def test_a_call_that_hands_its_operand_back_is_read_on_the_uses_path():
     """``raw = model.module if ddp else model`` after ``if ddp: model = FSDP(model)`` and
     ``if compile: model = torch.compile(model)``: the ``else`` arm's ``model`` is the plain

@@ -36,6 +36,9 @@ GATHERS = frozenset({"full_tensor", "redistribute"})
 # reads of a tensor's value that give this rank's local part of a sharded DTensor
 LOCAL_READS = frozenset({"item", "tolist", "to_local", "numpy"})
 BUILTIN_LOCAL_READS = frozenset({"float", "int"})
+# methods every DTensor has (so code on the branch of ``if not hasattr(norm, "item"):``
+# never holds one: ``conditions.tested_without``)
+DTENSOR_METHODS = LOCAL_READS | GATHERS | PASS_THROUGH
 
 
 def norm_sources(facts: ModuleFacts) -> Tuple[Dict[int, str], Dict[str, List[Binding]]]:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 
 from fsdp_lint.diagnostics import UNSAFE
-from fsdp_lint.facts.dtensors import BUILTIN_LOCAL_READS, GATHERS, LOCAL_READS, PASS_THROUGH, bound_source, norm_sources
+from fsdp_lint.facts.conditions import tested_without
+from fsdp_lint.facts.dtensors import (
+    BUILTIN_LOCAL_READS, DTENSOR_METHODS, GATHERS, LOCAL_READS, PASS_THROUGH, bound_source, norm_sources,
+)
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks
 from fsdp_lint.lazy_libcst import cst
@@ -111,6 +114,9 @@ logger.info(f"grad_norm: {grad_norm.full_tensor().item():.4f}")
 - With no `target-torch-version`, the total-norm reads (`.item()`, `float()`, `int()`,
   `.to_local()`) assume a torch before 2.11, where the total norm is a `_NormPartial`
   DTensor; `target-torch-version = "2.11"` or later turns that path off (`.tolist()` stays).
+- A read where a `hasattr` test says the norm lacks a DTensor method (the `else` of
+  `norm.item() if hasattr(norm, "item") else float(norm)`, the body of
+  `if not hasattr(norm, "full_tensor"):`) is not flagged: no DTensor reaches it.
 - A read under any `if` that may restrict it to some ranks gets no fix: `.full_tensor()` is a
   collective.
 
@@ -156,6 +162,8 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
                 base = base.func.value
             if gathered:
                 continue
+            if dotted_name(base) is not None and tested_without(site.ctx, dotted_name(base), DTENSOR_METHODS):
+                continue  # ``x.item() if hasattr(x, "item") else float(x)``: no DTensor reaches the else
             what = sources.get(id(base))
             if what is None:
                 name = dotted_name(base)
