@@ -369,39 +369,37 @@ def tests_type_of(ctx: Context, name: str) -> bool:
     return False
 
 
+def _failed_type_tests(ctx: Context, test_name: str, name: str):
+    """The second argument of each ``test_name(name, ...)`` test (``isinstance``,
+    ``hasattr``) of an ``if`` or conditional expression around ``ctx`` that ``ctx`` runs
+    where the test is false: the ``else`` of ``if hasattr(name, "item"):``, the body of
+    ``if not isinstance(name, FSDP):``."""
+    for guard in ctx.guards:
+        test, negated = guard.node.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, True
+        if isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == test_name \
+                and len(test.args) == 2 and dotted_name(test.args[0].value) == name \
+                and guard.branch == ("body" if negated else "orelse"):
+            yield test.args[1].value
+
+
 def tested_without(ctx: Context, name: str, attributes) -> bool:
     """``ctx`` stands where an ``if`` (or a conditional expression) says ``name`` has none
     of ``attributes``: the ``else`` of ``if hasattr(name, "item"):`` or of ``x.item() if
     hasattr(x, "item") else float(x)``, the body of ``if not hasattr(name, "item"):``.  What
     runs there never holds an object that has them (``tests_type_of`` only says the test is
     there, on either branch)."""
-    for guard in ctx.guards:
-        test, negated = guard.node.test, False
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            test, negated = test.expression, True
-        if not (isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "hasattr"
-                and len(test.args) == 2 and dotted_name(test.args[0].value) == name):
-            continue
-        attribute = test.args[1].value
-        if isinstance(attribute, cst.SimpleString) and attribute.evaluated_value in attributes \
-                and guard.branch == ("body" if negated else "orelse"):
-            return True
-    return False
+    return any(isinstance(attribute, cst.SimpleString) and attribute.evaluated_value in attributes
+               for attribute in _failed_type_tests(ctx, "hasattr", name))
 
 
 def tested_not_instance(facts, ctx: Context, name: str, classes) -> bool:
     """``ctx`` stands where an ``if`` says ``name`` is no instance of ``classes`` (qualified
     names): the ``else`` of ``if isinstance(name, FSDP):``, the body of ``if not
     isinstance(name, FSDP):``."""
-    for guard in ctx.guards:
-        test, negated = guard.node.test, False
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            test, negated = test.expression, True
-        if not (isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "isinstance"
-                and len(test.args) == 2 and dotted_name(test.args[0].value) == name):
-            continue
-        kinds = test.args[1].value
+    for kinds in _failed_type_tests(ctx, "isinstance", name):
         elements = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
-        if all(facts.qualname(e) in classes for e in elements) and guard.branch == ("body" if negated else "orelse"):
+        if all(facts.qualname(e) in classes for e in elements):
             return True
     return False
