@@ -77,6 +77,11 @@ def blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def received() -> Optional[int]:
+    """The signal that stopped the last run under ``handlers``, or None."""
+    return _received
+
+
 def worker_signals() -> None:
     """In a worker process: ignore SIGINT, die on SIGTERM, then accept signals."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 from fsdp_lint import __version__
 from fsdp_lint.collector import tune_for_a_run
-from fsdp_lint.interrupt import handlers
+from fsdp_lint.interrupt import handlers, received
 
 SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server")
 HELP = """\
@@ -51,7 +51,15 @@ def console() -> int:
     own, whose garbage collector it tunes (``collector``; callers of ``main`` in their own
     process keep theirs)."""
     tune_for_a_run()
-    return main()
+    code = main()
+    if received() is not None:
+        # stopped by a signal: the workers are stopped and every file is whole; leave now,
+        # without the interpreter's exit, whose wait for the worker pool's threads could
+        # hang when the signal came at a bad moment for them (seen once in CI, under load)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
