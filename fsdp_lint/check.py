@@ -352,8 +352,12 @@ def _pool(workers: int, settings: Settings):
 
 
 def _submit(pool, source: SourceFile):
+    return _submit_call(pool, _worker, source)
+
+
+def _submit_call(pool, function: Callable, *args):
     with blocked():  # the first submit forks the workers: they start with signals blocked
-        return pool.submit(_worker, source)
+        return pool.submit(function, *args)
 
 
 def _done(future) -> bool:
@@ -439,14 +443,31 @@ def run_files(
     pool = None
     futures: Deque = deque()
     retry: List[SourceFile] = []
-    try:
-        for path in paths:
+    pooled = jobs > 1 and len(paths) > 1
+    index: List[Optional[ProjectIndex]] = [None]  # the project index the workers prefetch for
+
+    def prefetch(read) -> None:
+        # the summaries of the project files a file ahead imports, computed by the workers
+        # while this process reads and gates the files before it (``ProjectIndex.prefetch``)
+        nonlocal pool
+        view = settings.project_for(read[0]) if read[1] is not None else None
+        if view is None:
+            return
+        modules = view.imported_modules(read[1].text)
+        if modules:
+            if pool is None:
+                pool = _pool(jobs, settings)
+            index[0] = view.index
             try:
-                source = read_source(path)
-            except SourceError as exc:
-                reports.append(FileReport(path, [error_diagnostic(IO_ERROR, path, str(exc), exc.row, exc.column)]))
+                view.index.prefetch(modules, lambda function, *args: _submit_call(pool, function, *args), _result)
+            except concurrent.futures.BrokenExecutor:
+                pass  # a worker died (native code): the summaries are computed here when asked
+
+    try:
+        for path, source, error in _read_ahead(paths, prefetch if pooled and gate_on() else None):
+            if error is not None:
+                reports.append(FileReport(path, [error_diagnostic(IO_ERROR, path, str(error), error.row, error.column)]))
                 continue
-            pooled = jobs > 1 and len(paths) > 1
             answer = cheap_answer(source, settings, ast_stage=not pooled)  # workers do the ast stage
             if answer is not None:
                 reports.append(answer)
@@ -482,9 +503,39 @@ def run_files(
     finally:
         if pool is not None:
             pool.shutdown()
+        if index[0] is not None:
+            index[0].forget_pending()
     for source in pending:
         reports.append(process_source(source, settings))
     return list(reports)
+
+
+# how many files ahead of the one being gated are read, and their imports' summaries
+# handed to the workers (``run_files``): enough to keep them busy, little text held
+READ_AHEAD = 64
+
+
+def _read_ahead(paths: Sequence[str], on_read: Optional[Callable] = None):
+    """(path, source or None, SourceError or None) of each file in order; with ``on_read``,
+    each is read ``READ_AHEAD`` files before it is handed out and ``on_read`` told of it."""
+    def read(path: str):
+        try:
+            return path, read_source(path), None
+        except SourceError as exc:
+            return path, None, exc
+
+    if on_read is None:
+        for path in paths:
+            yield read(path)
+        return
+    ahead: Deque = deque()
+    for path in paths:
+        item = read(path)
+        on_read(item)
+        ahead.append(item)
+        if len(ahead) > READ_AHEAD:
+            yield ahead.popleft()
+    yield from ahead
 
 
 class _Reports(list):

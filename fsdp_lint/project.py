@@ -17,7 +17,10 @@ file's own facts (``facts.helpers.summaries``, the facts every rule reads).
 - Summaries are computed on demand, only for the files the linted file imports (not the
   whole tree: a one-file run reads only what that file imports), and cached by file
   content (in memory, and under the result cache's folder in ``project/``): a warm run
-  hashes the imported files and reads their summaries back, nothing is parsed.  A file
+  hashes the imported files and reads their summaries back, nothing is parsed.  With
+  workers, the command line hands them the files that the files it is about to gate
+  import (``ProjectIndex.prefetch``): they compute those summaries in parallel, and the
+  main process waits for an answer instead of computing it.  A file
   without a word a summary can come from (``state_dict``, ``save``, ``fully_shard``,
   ``barrier``, ...) is not parsed at all; one over ``MAX_BYTES`` or that does not parse
   has no summary (unknown, not "assume the worst").
@@ -40,13 +43,14 @@ from __future__ import annotations
 
 import ast
 from dataclasses import replace
+import functools
 import hashlib
 import json
 import warnings
 import os
 import re
 import time
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -83,6 +87,10 @@ _SUMMARY_CALLS = frozenset(
     | set().union(*ALWAYS.values(), *WITH_FSDP.values())
 )
 _WITH_FSDP_ONLY = frozenset().union(*WITH_FSDP.values()) - frozenset().union(*ALWAYS.values()) - DIST_COLLECTIVES
+# a framework's own collectives (``fabric.load``, ``accelerator.wait_for_everyone``) count, as
+# those named like ``torch.distributed``'s do, only in a file naming a framework
+# (``frameworks.framework_collective`` reads the receiver: ``json.load`` is none)
+_FRAMEWORK_ONLY = frozenset().union(*ALWAYS.values()) - DIST_COLLECTIVES
 _GATHER_WORDS = re.compile(
     r"summon_full_params|fully_shard|\.state_dict\(\s*\)|torch\.save\s*\(|save_file\s*\(|\.full_tensor\(|"
     r"\.redistribute\(|" + "|".join(sorted(n for n in _SUMMARY_CALLS if n.endswith("state_dict") and n != "state_dict"))
@@ -277,7 +285,7 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
     tree = _ast_of(text)
     if tree is None:
         return None
-    distributed = "torch.distributed" in text
+    distributed = _distributed_callee(text)
     frameworks = "accelerat" in text or "abric" in text or "lightning" in text
     shows_fsdp = "fsdp" in text.lower()
     fsdp1 = "FullyShardedDataParallel" in text  # a helper may return an FSDP1 wrap (``Helper.wraps``)
@@ -317,10 +325,13 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
                     if root == "torch":
                         found.add(name)
                 elif last in DIST_COLLECTIVES:
-                    if distributed or (last in _FRAMEWORK_CALLS and frameworks):
+                    if distributed(func) or (last in _FRAMEWORK_CALLS and frameworks):
                         found.add(name)
                 elif last in _WITH_FSDP_ONLY:
                     if shows_fsdp:  # ``frameworks.framework_collective``: only where the file shows FSDP
+                        found.add(name)
+                elif last in _FRAMEWORK_ONLY:
+                    if frameworks:
                         found.add(name)
                 elif last in _SUMMARY_CALLS:
                     found.add(name)
@@ -347,6 +358,33 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
     return tree, kept
 
 
+def _distributed_callee(text: str):
+    """Whether a call's callee may be a ``torch.distributed`` function as the facts read it
+    (``facts.imports``: a name the file imports, then attributes): its dotted name, read
+    through the file's import statements (``_import_bindings``), lies under
+    ``torch.distributed``; ``functools.reduce``, ``torch.gather`` and ``tensor.scatter``
+    do not.  A callee whose root no import binds may be one only where the file
+    star-imports from torch (the wider answer: the facts read no star import)."""
+    bindings = dict(_import_bindings(text))
+    starred = re.search(r"from\s+torch[\w.]*\s+import\s+\*", text) is not None
+
+    def distributed(func: ast.expr) -> bool:
+        parts = []
+        while isinstance(func, ast.Attribute):
+            parts.append(func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name):
+            return False
+        parts.append(func.id)
+        parts.reverse()
+        for end in range(len(parts), 0, -1):
+            spec = bindings.get(".".join(parts[:end]))
+            if spec is not None:
+                return ".".join([spec, *parts[end:]]).startswith("torch.distributed.")
+        return starred
+    return distributed
+
+
 def _parameter_loop(loop: ast.For, params) -> bool:
     """``for ... in <param>.parameters()`` / ``.named_parameters()``."""
     iterated = loop.iter
@@ -355,10 +393,13 @@ def _parameter_loop(loop: ast.For, params) -> bool:
         and isinstance(iterated.func.value, ast.Name) and iterated.func.value.id in params
 
 
-def _import_bindings(text: str) -> List[Tuple[str, str]]:
+@functools.lru_cache(maxsize=256)
+def _import_bindings(text: str) -> Tuple[Tuple[str, str], ...]:
     """(local dotted name, spec) for every import statement of ``text``: ``from .a import
     b as c`` gives ("c", ".a.b"), ``import a.b as c`` ("c", "a.b"), ``import a.b`` ("a.b",
-    "a.b").  A plain scan (no parse): it may see more than the facts, never less."""
+    "a.b").  A plain scan (no parse): it may see more than the facts, never less.  Kept for
+    the last texts asked (the command line asks twice per file: ``imported_modules`` for
+    the prefetch, then ``imported_helpers``)."""
     text = "\n" + text.replace("\\\n", " ")
     found = []
     for match in _FROM.finditer(text):
@@ -378,7 +419,7 @@ def _import_bindings(text: str) -> List[Tuple[str, str]]:
             name = words[0]
             bound = words[2] if len(words) >= 3 and words[1] == "as" else name
             found.append((bound, name))
-    return found
+    return tuple(found)
 
 
 # a ``def`` or ``class`` naming one of these is kept in a summarized text whatever it does:
@@ -427,6 +468,8 @@ class ProjectIndex:
         self._reach: Dict[str, Tuple[Tuple[int, int], FrozenSet[str]]] = {}
         # (folder of the importer, root, spec) -> what ``resolved`` found
         self._resolved: Dict[Tuple[str, str, str], Tuple[Optional[Helper], Dict[str, Helper]]] = {}
+        # file -> (a worker's answer to come: ``summary_in_worker``, how to wait for it): ``prefetch``
+        self._pending: Dict[str, Tuple[object, Callable]] = {}
         self._since = time.monotonic()
 
     def __getstate__(self):  # workers start with empty memories
@@ -490,6 +533,16 @@ class ProjectIndex:
         memo = self._parts.get((path, part))
         if memo is not None and memo[0] == key:
             return memo[1]
+        pending = self._pending.pop(path, None) if part == "summary" else None
+        if pending is not None:
+            future, wait = pending
+            try:
+                answered = wait(future)
+            except Exception:  # noqa: BLE001 - the worker failed or its pool broke: computed here
+                answered = None
+            if answered is not None and answered[0] == key:
+                self._parts[(path, part)] = answered
+                return answered[1]
         found = empty if stat.st_size > MAX_BYTES else self._by_content(path, part, empty, compute, load, dump)
         self._parts[(path, part)] = (key, found)
         return found
@@ -521,6 +574,21 @@ class ProjectIndex:
             except OSError:
                 pass
         return found
+
+    def prefetch(self, paths, submit, wait) -> None:
+        """Have other processes compute the summaries of ``paths`` (``submit(function, *args)``
+        gives a future, ``wait(future)`` its answer) while this one goes on: a summary asked
+        for later (``summary``) waits for the answer instead of computing it again.  The
+        command line, with workers, hands them the files its files import before linting
+        them (``imported_modules``): computed in the main process one by one, they were most
+        of the run on a large project that imports much (torch/)."""
+        for path in paths:
+            if path not in self._pending and (path, "summary") not in self._parts:
+                self._pending[path] = (submit(summary_in_worker, self.cache_dir, path), wait)
+
+    def forget_pending(self) -> None:
+        """Drop the answers still to come (their pool is gone): they are computed here if asked."""
+        self._pending.clear()
 
     # -- imports ---------------------------------------------------------------------------
     def _package_top(self, folder: str, root: str) -> str:
@@ -788,6 +856,15 @@ class ProjectIndex:
         return {name: Helper.from_json(data, relative) for name, data in self.summary(path).functions.items()}
 
 
+def summary_in_worker(cache_dir: Optional[str], path: str):
+    """A worker's part of ``ProjectIndex.prefetch``: (the file's stat key, its summary), or
+    None where it cannot be read."""
+    index = ProjectIndex(cache_dir)
+    found = index.summary(path)
+    memo = index._parts.get((path, "summary"))
+    return memo if memo is not None and memo[1] is found else None
+
+
 # how many levels of importers a file's view reads for what is passed to its functions
 CALLER_DEPTH = 2
 
@@ -823,6 +900,20 @@ class ProjectView:
             return []
         place = os.path.relpath(found[0], self.root)
         return [(first, second, f"{place}:{line}") for first, second, line in found[1]]
+
+    def imported_modules(self, text: str) -> List[str]:
+        """The project files whose summaries ``imported_helpers`` reads first for ``text``: of
+        each import, the module it names and the module of the name it imports (a package's
+        re-exports are followed when they are read)."""
+        found: Dict[str, None] = {}
+        for _, spec in _import_bindings(text):
+            level = len(spec) - len(spec.lstrip("."))
+            for module in (spec, "." * level + spec[level:].rpartition(".")[0]):
+                if module.strip("."):
+                    path = self.index.module_file(self.path, self.root, module)
+                    if path is not None:
+                        found[path] = None
+        return list(found)
 
     def imported_helpers(self, text: str) -> Dict[str, Helper]:
         """Local dotted name (as a call writes it) -> the summary of the project helper it

@@ -155,6 +155,44 @@ def test_a_change_to_a_helper_invalidates_the_cached_findings(tmp_path):
     assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first
 
 
+def test_prefetched_summaries_are_used_unless_the_file_changed(tmp_path):
+    """``ProjectIndex.prefetch``: a summary another process computed is what ``summary``
+    answers (not computed again); one of a file that changed since is computed anew."""
+    from fsdp_lint.project import summary_in_worker
+
+    root = _project(tmp_path, {"pyproject.toml": "", "train.py": TRAIN, "helpers.py": HELPER, "other.py": HELPER})
+    index = ProjectIndex()
+    view = index.view(str(root / "train.py"))
+    assert view.imported_modules(TRAIN) == [str(root / "helpers.py")]
+    submitted, answers = [], {}
+
+    def submit(function, *args):
+        submitted.append(args[1])
+        answers[args[1]] = function(*args)  # what a worker would send back
+        return args[1]
+
+    index.prefetch([str(root / "helpers.py"), str(root / "other.py")], submit, lambda future: answers[future])
+    index.prefetch([str(root / "helpers.py")], submit, lambda future: answers[future])  # asked once
+    assert submitted == [str(root / "helpers.py"), str(root / "other.py")]
+    assert index.summary(str(root / "helpers.py")) is answers[str(root / "helpers.py")][1]
+    assert "save_ckpt" in index.summary(str(root / "helpers.py")).functions
+    # the file changes after the worker read it: its answer is stale, the summary is new
+    (root / "other.py").write_text(FSDP_HEADER + "def unrelated():\n    return 1\n\n\n# longer now\n")
+    assert index.summary(str(root / "other.py")).functions == {}
+    assert summary_in_worker(None, str(root / "missing.py")) is None
+
+
+def test_workers_prefetching_summaries_give_the_same_findings(tmp_path):
+    """With workers (``-j 2``) the project files a file imports are summarized by them
+    ahead of the main process's gate; the findings are those of one process."""
+    files = {"pyproject.toml": "", "train.py": TRAIN, "helpers.py": HELPER}
+    files.update({f"script_{i}.py": TRAIN.replace("main(net)", f"main_{i}(net)") for i in range(3)})
+    root = _project(tmp_path, files)
+    one = sorted(_cli("--no-cache", "-j", "1", ".", cwd=root))
+    assert one == [(13, "FSD104")] * 4
+    assert sorted(_cli("--no-cache", "-j", "2", ".", cwd=root)) == one
+
+
 def test_a_checkout_without_pyproject_is_rooted_at_its_git_folder(tmp_path):
     """A clone without ``pyproject.toml``: its ``.git`` folder roots the index, whether the
     run starts in the folder or above it; with neither marker there is no index."""
