@@ -28,7 +28,8 @@ Sources (line numbers as of the versions named):
   l. 1370), ``pytorch/callbacks/callback.py`` (the batch hooks, l. 76-91, 274-288);
   transformers 5.24.0 ``trainer_callback.py`` (``TrainerCallback``: ``on_step_begin``,
   ``on_pre_optimizer_step``, ``on_optimizer_step``, ``on_substep_end``, ``on_step_end``,
-  l. 371-396).  Their step counters: Lightning's ``batch_idx`` argument and ``global_step``
+  l. 371-396) and ``trainer.py`` (``Trainer._inner_training_loop`` calls ``training_step``
+  for every micro-batch, l. 1917, which calls ``compute_loss``, l. 2090).  Their step counters: Lightning's ``batch_idx`` argument and ``global_step``
   (of the module and the trainer), the Trainer state's ``global_step``.
 """
 
@@ -80,6 +81,9 @@ STEP_HOOKS = {
     "a Lightning callback": _LIGHTNING_BATCH_HOOKS,
     "a transformers TrainerCallback": frozenset({
         "on_step_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_substep_end", "on_step_end"}),
+    # ``Trainer._inner_training_loop`` calls ``training_step`` for every micro-batch, which
+    # calls ``compute_loss`` (TRL's trainers derive from it)
+    "a transformers Trainer": frozenset({"training_step", "compute_loss"}),
 }
 STEP_HOOK_NAMES = frozenset().union(*STEP_HOOKS.values())
 # what those trainers count steps with (a test comparing one with ``==`` or ``in`` runs sparsely)
@@ -112,6 +116,8 @@ def _trainer_class(facts: ModuleFacts, class_def, depth: int = 0) -> Optional[st
                 return "a Lightning callback"
         if qualname.startswith("transformers.") and qualname.endswith("TrainerCallback"):
             return "a transformers TrainerCallback"
+        if qualname.startswith(("transformers.", "trl.")) and qualname.endswith("Trainer"):
+            return "a transformers Trainer"
         local = facts.classes.get(dotted_name(base.value) or "")
         if local is not None and local is not class_def and depth < 4:
             found = _trainer_class(facts, local, depth + 1)

@@ -44,7 +44,9 @@ a `LightningModule`'s `training_step`, `backward`, `optimizer_step`, `optimizer_
 `on_before_backward`, `on_after_backward`, `on_before_optimizer_step`,
 `on_before_zero_grad`), a Lightning `Callback`'s batch hooks, and a transformers
 `TrainerCallback`'s `on_step_begin`, `on_pre_optimizer_step`, `on_optimizer_step`,
-`on_substep_end` and `on_step_end` (lightning 2.6.6, transformers 5.24.0). The method's class
+`on_substep_end` and `on_step_end`, and a transformers `Trainer`'s (or a TRL trainer's)
+`training_step` and the `compute_loss` it calls for every micro-batch (lightning 2.6.6,
+transformers 5.24.0). The method's class
 must derive from the framework's class (also through classes of this file). A summon in such
 a hook (or in a method of the file it calls) is flagged unless under a sparse guard, whose
 counters are the trainer's: `batch_idx` and `global_step` (`if batch_idx % 100 == 0:`,
