@@ -319,6 +319,14 @@ def test_model_offload_follows_the_value(code, offloads):
         ("not rank", "body"),
         ("global_rank", "orelse"),
         ("not is_main", "orelse"),
+        # any one rank, not only rank 0; a negative number is no rank (single-process convention)
+        ("rank == 1", "body"),
+        ("dist.get_rank() == 3", "body"),
+        ("1 == rank", "body"),
+        ("rank != 1", "orelse"),
+        ("args.local_rank == -1", None),
+        ("args.local_rank != -1", None),
+        ("rank == world_size", None),
     ],
 )
 def test_rank_tests(test, one_rank):

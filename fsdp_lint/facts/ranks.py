@@ -124,7 +124,8 @@ def _compare(test: cst.Comparison) -> Optional[str]:
     target = test.comparisons[0]
     left, op, right = test.left, target.operator, target.comparator
     if not _is_rank_value(left):
-        if _is_rank_value(right) and _integer(left) == 0 and isinstance(op, (cst.Equal, cst.NotEqual)):
+        number = _integer(left)
+        if _is_rank_value(right) and number is not None and number >= 0 and isinstance(op, (cst.Equal, cst.NotEqual)):
             left, right = right, left
         else:
             return None
@@ -136,11 +137,13 @@ def _compare(test: cst.Comparison) -> Optional[str]:
         return None
     if value is None:
         return None
-    if (isinstance(op, cst.Equal) and value == 0) or (isinstance(op, cst.LessThanEqual) and value == 0) or (
+    # ``rank == 1`` runs on one rank as ``rank == 0`` does (a negative number is no rank:
+    # ``local_rank == -1`` is the single-process convention, ``processes``)
+    if (isinstance(op, cst.Equal) and value >= 0) or (isinstance(op, cst.LessThanEqual) and value == 0) or (
         isinstance(op, cst.LessThan) and value == 1
     ):
         return "body"
-    if (isinstance(op, cst.NotEqual) and value == 0) or (isinstance(op, cst.GreaterThan) and value == 0) or (
+    if (isinstance(op, cst.NotEqual) and value >= 0) or (isinstance(op, cst.GreaterThan) and value == 0) or (
         isinstance(op, cst.GreaterThanEqual) and value == 1
     ):
         return "orelse"
