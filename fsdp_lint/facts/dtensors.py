@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, origins_with_callers
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, fully_sharded, origins_with_callers
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import latest_binding
@@ -54,7 +54,7 @@ def _compute(facts: ModuleFacts):
     if not modules.fsdp2_wraps and facts.project is None:
         return sources, named  # (with a project, other files may pass a sharded module in)
     for site in facts.calls:
-        what = _norm_source(facts, modules, site)
+        what = _norm_source(facts, site)
         if what is not None:
             sources[id(site.node)] = what
     for binding in facts.bindings:
@@ -93,7 +93,7 @@ def sharded_parameter(facts: ModuleFacts, expr, site: CallSite) -> bool:
         return False
     for loop in site.ctx.loops:
         node = loop.node
-        if isinstance(node, cst.For) and name in _loop_names(node.target) and _from_fsdp2(facts, modules, node.iter, site):
+        if isinstance(node, cst.For) and name in _loop_names(node.target) and _from_fsdp2(facts, node.iter, site):
             return True
     return False
 
@@ -102,16 +102,16 @@ def sharded_module(facts: ModuleFacts, expr, site: CallSite) -> bool:
     """``expr`` names a module sharded with ``fully_shard`` in scope at ``site`` (its
     parameters are DTensors): a helper's DTensor gather over them is a collective
     (``facts.helpers``, ``needs="fsdp2"``)."""
-    return _is_fsdp2(fsdp_modules(facts), dotted_name(expr), site)
+    return fully_sharded(facts, expr, site.ctx, site.order) is not None
 
 
-def _norm_source(facts, modules, site):
+def _norm_source(facts, site):
     node = site.node
     qualname = facts.qualname(node.func)
     if qualname in TOTAL_NORM:
         bound, _ = bind_arguments(node.args, ("parameters",))
         first = bound.get("parameters") or bound.get("tensors")
-        if first is not None and _from_fsdp2(facts, modules, first.value, site):
+        if first is not None and _from_fsdp2(facts, first.value, site):
             return f"the total norm from `{dotted_name(site.node.func)}`"
         return None
     target = None
@@ -128,7 +128,7 @@ def _norm_source(facts, modules, site):
         loop_node = loop.node
         if not isinstance(loop_node, cst.For) or param not in _loop_names(loop_node.target):
             continue
-        if _from_fsdp2(facts, modules, loop_node.iter, site):
+        if _from_fsdp2(facts, loop_node.iter, site):
             return f"the norm of `{param}.grad`"
     return None
 
@@ -139,24 +139,25 @@ def _loop_names(target):
         return {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
     return set()
 
-def _from_fsdp2(facts, modules, expr, site, depth=0) -> bool:
+def _from_fsdp2(facts, expr, site, depth=0) -> bool:
     """``m.parameters()`` / ``m.named_parameters()`` (or a comprehension or list over it,
     or a local name bound to one) where ``m`` is sharded by ``fully_shard`` in scope."""
 
 
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
             and expr.func.attr.value in ("parameters", "named_parameters"):
-        return _is_fsdp2(modules, dotted_name(expr.func.value), site) or _passed_fsdp2(facts, expr.func.value, site)
+        return fully_sharded(facts, expr.func.value, site.ctx, site.order) is not None \
+            or _passed_fsdp2(facts, expr.func.value, site)
     if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("list", "tuple") and expr.args:
-        return _from_fsdp2(facts, modules, expr.args[0].value, site, depth + 1)
+        return _from_fsdp2(facts, expr.args[0].value, site, depth + 1)
     if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
         loop = expr.for_in
-        return _from_fsdp2(facts, modules, loop.iter, site, depth + 1)
+        return _from_fsdp2(facts, loop.iter, site, depth + 1)
     name = dotted_name(expr)
     if name is not None and depth < 3:
         latest = latest_binding(facts, name, site.ctx, site.order, plain=False, kinds=("assign", "for", "with"))
         if latest is not None and (latest.ctx.function is site.ctx.function or "." in name):
-            return _from_fsdp2(facts, modules, latest.value, site, depth + 1)
+            return _from_fsdp2(facts, latest.value, site, depth + 1)
     return False
 
 def _passed_fsdp2(facts, expr, site) -> bool:
@@ -167,16 +168,6 @@ def _passed_fsdp2(facts, expr, site) -> bool:
     return bool(found.external) and all(e.fsdp2 for e in found.external) \
         and not (found.wraps or found.plain or found.opaque or found.inner)
 
-
-def _is_fsdp2(modules, name, site) -> bool:
-    if name is None:
-        return False
-    for wrap in modules.fsdp2_wraps:
-        if name not in (wrap.target, wrap.wrapped):
-            continue
-        if "." in name or wrap.site.ctx.function is site.ctx.function:
-            return True
-    return False
 
 def bound_source(facts, site, name, named, sources):
     """The latest binding of ``name`` before ``site`` (same function) is a norm source."""
