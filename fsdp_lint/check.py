@@ -377,9 +377,10 @@ def _result(future):
 
 
 def _shutdown(pool) -> None:
-    """Shut a pool whose files are all answered: quick, and never interrupted half-way."""
+    """Shut a pool whose files are all answered: quick, and never interrupted half-way.
+    Summaries prefetched for files that never asked for them are dropped, not computed."""
     with blocked():
-        pool.shutdown()
+        pool.shutdown(cancel_futures=True)
 
 
 def _stop(pool) -> None:
