@@ -855,6 +855,29 @@ def test_the_other_side_of_one_strategy_flag_is_not_one_process():
     assert _values_at(facts, "model", "train(model)") == ["DDP(model)", "FSDP(model)"]
 
 
+@pytest.mark.parametrize("fallback, expected", [
+    # torch moved the API: both paths are the one API, the first stands for both
+    ("from torch.distributed._composable.fsdp import fully_shard", "torch.distributed.fsdp.fully_shard"),
+    ("from torch.distributed._composable.fsdp.fully_shard import fully_shard", "torch.distributed.fsdp.fully_shard"),
+    # another library's function of the same name, or another torch name: ambiguous, nothing
+    ("from mylib.sharding import fully_shard", None),
+    ("from torch.distributed.fsdp import FullyShardedDataParallel as fully_shard", None),
+])
+def test_an_import_fallback_to_an_older_torch_path_is_the_same_api(fallback, expected):
+    facts = _facts(
+        f"""
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            {fallback}
+
+        fully_shard(model)
+        """
+    )
+    call = _call(facts, "fully_shard(model)")
+    assert facts.qualname(call.node.func) == expected
+
+
 def test_helper_summaries_read_tests_that_hold_whenever_fsdp_shards():
     from fsdp_lint.facts.helpers import summaries
 

@@ -4,7 +4,8 @@ This replaces libcst's QualifiedNameProvider (about 10x the cost of the bare par
 the module's import statements are collected during the one traversal and names are
 resolved afterwards, flow-insensitively.  A name bound both by a torch import and by
 something else (another library's import, a class or function of the user's, an
-assignment) is ambiguous and resolves to nothing: precision first.
+assignment) is ambiguous and resolves to nothing: precision first.  Two torch paths of
+one API (an ``except ImportError`` fallback to where an older torch kept it) are not.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ def module_dotted(expr) -> str:
     return expr.value
 
 
+def moved_within_torch(first: str, second: str) -> bool:
+    """Two torch paths of one API that torch moved between releases: the fallback import of
+    ``try: from torch.distributed.fsdp import fully_shard`` / ``except ImportError: from
+    torch.distributed._composable.fsdp import fully_shard`` (or ``torch.distributed.tensor``
+    / ``._tensor``) binds the same name to the same thing, whichever import runs; the first
+    path stands for both (the API tables list every path)."""
+    return first.startswith("torch.") and second.startswith("torch.") \
+        and first.rsplit(".", 1)[-1] == second.rsplit(".", 1)[-1]
+
+
 class ImportTable:
     def __init__(self) -> None:
         self._bindings: Dict[str, object] = {}
@@ -58,7 +69,7 @@ class ImportTable:
         previous = self._bindings.get(name)
         if previous is None:
             self._bindings[name] = qualname
-        elif previous != qualname:
+        elif previous != qualname and not (previous is not _AMBIGUOUS and moved_within_torch(previous, qualname)):
             self._bindings[name] = _AMBIGUOUS
 
     def add_import(self, node: cst.Import) -> None:
