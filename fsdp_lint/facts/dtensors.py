@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.fsdp_modules import fsdp_modules, fully_sharded, origins_with_callers
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, fully_sharded, sharded_here_or_passed
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
 from fsdp_lint.facts.scopes import latest_binding
@@ -146,8 +146,7 @@ def _from_fsdp2(facts, expr, site, depth=0) -> bool:
 
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
             and expr.func.attr.value in ("parameters", "named_parameters"):
-        return fully_sharded(facts, expr.func.value, site.ctx, site.order) is not None \
-            or _passed_fsdp2(facts, expr.func.value, site)
+        return sharded_here_or_passed(facts, expr.func.value, site.ctx, site.order)
     if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("list", "tuple") and expr.args:
         return _from_fsdp2(facts, expr.args[0].value, site, depth + 1)
     if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
@@ -160,13 +159,6 @@ def _from_fsdp2(facts, expr, site, depth=0) -> bool:
             return _from_fsdp2(facts, latest.value, site, depth + 1)
     return False
 
-def _passed_fsdp2(facts, expr, site) -> bool:
-    """``expr`` is, on every path the file shows, a module that calls in other project
-    files pass sharded by ``fully_shard`` (``Origins.external``: a training step of an
-    engine class the launcher hands the sharded model to)."""
-    found = origins_with_callers(facts, expr, site.ctx, site.order)
-    return bool(found.external) and all(e.fsdp2 for e in found.external) \
-        and not (found.wraps or found.plain or found.opaque or found.inner)
 
 
 def bound_source(facts, site, name, named, sources):

@@ -713,10 +713,24 @@ def fully_sharded(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, o
     None otherwise (precision first: a doubt is no sharding).  The one question the FSDP2
     API rules ask about a receiver: ``m.no_sync()``, ``m.load_state_dict(...)``,
     ``copy.deepcopy(m)``.  ``fsdp1_too``: an FSDP1 wrap counts as well (any FSDP)."""
-    found = origins_with_callers(facts, expr, ctx, order)
+    return _sharded_origin(origins_with_callers(facts, expr, ctx, order), fsdp1_too)
+
+
+def _sharded_origin(found: Origins, fsdp1_too: bool = False) -> Optional[Origin]:
     if not found.wraps or (found.fsdp1 and not fsdp1_too) or found.plain or found.opaque:
         return None  # some path leads to a module not sharded there, or to one the file cannot see
     return found.wraps[0]
+
+
+def sharded_here_or_passed(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: int) -> bool:
+    """``fully_sharded``, or, on every path the file shows, a module that calls in other
+    project files pass sharded by ``fully_shard`` (``Origins.external``: a training step of
+    an engine class the launcher hands the sharded model to); its origins followed once."""
+    found = origins_with_callers(facts, expr, ctx, order)
+    if _sharded_origin(found) is not None:
+        return True
+    return bool(found.external) and all(e.fsdp2 for e in found.external) \
+        and not (found.wraps or found.plain or found.opaque or found.inner)
 
 
 def method_calls_on_sharded(facts: ModuleFacts, method: str):
