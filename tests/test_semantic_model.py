@@ -1296,3 +1296,30 @@ def test_one_reader_of_environment_variables(text, strict, any_receiver):
 
     assert shown(environment_read(expr)) == strict
     assert shown(environment_read(expr, any_receiver=True)) == any_receiver
+
+
+@pytest.mark.parametrize("binding, expected", [
+    # the process's rank kept in a variable whose name does not say so
+    ('ddp_rank = int(os.environ["RANK"])', True),
+    ("ddp_rank = dist.get_rank()", True),
+    # a group's or a mesh dimension's rank: one rank of each group, not of the run
+    ("ddp_rank = dist.get_rank(group)", False),
+    ('ddp_rank = mesh.get_local_rank("tp")', False),
+    # bound to anything else on some path
+    ('ddp_rank = int(os.environ["RANK"]) if ddp else step', False),
+])
+def test_a_variable_holding_the_process_rank_makes_a_rank_test(binding, expected):
+    from fsdp_lint.facts.ranks import rank_guard
+
+    facts = _facts(
+        f"""
+        import os
+        import torch.distributed as dist
+
+        def save(model, group, mesh, ddp, step):
+            {binding}
+            if ddp_rank == 0:
+                use(model)
+        """
+    )
+    assert (rank_guard(facts, _call(facts, "use(model)").ctx) is not None) is expected  # one rank runs it

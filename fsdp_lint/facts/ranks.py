@@ -118,14 +118,37 @@ def _environment_text(expr) -> bool:
         read[1] is None or literal_string(read[1]) is not None)
 
 
-def _compare(test: cst.Comparison) -> Optional[str]:
+def _rank_valued(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
+    """A name the file binds, everywhere it reaches ``ctx``, to this process's rank: the
+    environment's ``RANK``/``LOCAL_RANK`` (``ddp_rank = int(os.environ["RANK"])``) or
+    ``dist.get_rank()`` with no group (a group's or mesh dimension's rank, ``tp_rank``, is
+    not one).  Its name then need not say rank."""
+    dotted = dotted_name(expr)
+    if dotted is None:
+        return False
+    found = lookup(facts, dotted, ctx, order)
+    return found.param is None and bool(found.bindings) and all(
+        b.kind == "assign" and b.index is None and _whole_run_rank(b.value) for b in found.bindings)
+
+
+def _whole_run_rank(expr) -> bool:
+    if isinstance(expr, cst.Call):
+        name = _last(dotted_name(expr.func))
+        if name == "int" and len(expr.args) == 1:
+            return _whole_run_rank(expr.args[0].value)
+        return name in ("get_rank", "get_local_rank") and not expr.args
+    read = environment_read(expr, any_receiver=True)
+    return read is not None and bool(RANK_ENV.match(read[0]))
+
+
+def _compare(test: cst.Comparison, is_rank=_is_rank_value) -> Optional[str]:
     if len(test.comparisons) != 1:
         return None
     target = test.comparisons[0]
     left, op, right = test.left, target.operator, target.comparator
-    if not _is_rank_value(left):
+    if not is_rank(left):
         number = _integer(left)
-        if _is_rank_value(right) and number is not None and number >= 0 and isinstance(op, (cst.Equal, cst.NotEqual)):
+        if is_rank(right) and number is not None and number >= 0 and isinstance(op, (cst.Equal, cst.NotEqual)):
             left, right = right, left
         else:
             return None
@@ -169,6 +192,8 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         return _FLIP.get(inner) if inner else None
     if isinstance(test, cst.Comparison):
         answer = _compare(test)
+        if answer is None and facts is not None and ctx is not None:
+            answer = _compare(test, lambda e: _is_rank_value(e) or _rank_valued(facts, e, ctx, order))
         if answer is not None and facts is not None and ctx is not None and _text_against_number(facts, test, ctx, order):
             return None  # ``os.environ["RANK"] == 0``: a string never equals a number; no rank runs it
         if answer is None and facts is not None and ctx is not None and len(test.comparisons) == 1:
