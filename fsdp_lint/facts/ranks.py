@@ -132,13 +132,12 @@ def _rank_valued(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
 
 
 def _whole_run_rank(expr) -> bool:
-    if isinstance(expr, cst.Call):
-        name = _last(dotted_name(expr.func))
-        if name == "int" and len(expr.args) == 1:
-            return _whole_run_rank(expr.args[0].value)
-        return name in ("get_rank", "get_local_rank") and not expr.args
-    read = environment_read(expr, any_receiver=True)
-    return read is not None and bool(RANK_ENV.match(read[0]))
+    """``_is_rank_value`` of the whole run: not a call given a group or a mesh dimension."""
+    if isinstance(expr, cst.Call) and _last(dotted_name(expr.func)) == "int" and len(expr.args) == 1:
+        return _whole_run_rank(expr.args[0].value)
+    if isinstance(expr, cst.Call) and expr.args:
+        return False  # get_rank(group), mesh.get_local_rank("tp"): one rank of each group
+    return _is_rank_value(expr)
 
 
 def _compare(test: cst.Comparison, is_rank=_is_rank_value) -> Optional[str]:
