@@ -100,14 +100,18 @@ def _text_against_number(facts: ModuleFacts, test: cst.Comparison, ctx: Context,
 
 
 def _always_text(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
-    if _environment_text(expr):
-        return True
+    return _environment_text(expr) or _always_assigned(facts, expr, ctx, order, _environment_text)
+
+
+def _always_assigned(facts: ModuleFacts, expr, ctx: Context, order: int, holds) -> bool:
+    """``expr`` is a name every binding of which that reaches ``ctx`` is a plain assignment
+    of a value ``holds`` says yes to (``sources`` would look into ``os.environ``'s entries)."""
     dotted = dotted_name(expr)
     if dotted is None:
         return False
-    found = lookup(facts, dotted, ctx, order)  # (``sources`` would look into ``os.environ``'s entries)
+    found = lookup(facts, dotted, ctx, order)
     return found.param is None and bool(found.bindings) and all(
-        b.kind == "assign" and b.index is None and _environment_text(b.value) for b in found.bindings)
+        b.kind == "assign" and b.index is None and holds(b.value) for b in found.bindings)
 
 
 def _environment_text(expr) -> bool:
@@ -123,12 +127,7 @@ def _rank_valued(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:
     environment's ``RANK``/``LOCAL_RANK`` (``ddp_rank = int(os.environ["RANK"])``) or
     ``dist.get_rank()`` with no group (a group's or mesh dimension's rank, ``tp_rank``, is
     not one).  Its name then need not say rank."""
-    dotted = dotted_name(expr)
-    if dotted is None:
-        return False
-    found = lookup(facts, dotted, ctx, order)
-    return found.param is None and bool(found.bindings) and all(
-        b.kind == "assign" and b.index is None and _whole_run_rank(b.value) for b in found.bindings)
+    return _always_assigned(facts, expr, ctx, order, _whole_run_rank)
 
 
 def _whole_run_rank(expr) -> bool:

@@ -46,11 +46,14 @@ class CollectiveOnOneRank(Rule):
     }
     doc = """\
 ## What it does
-Checks for collectives reached on one rank only. Rank tests: `rank == 0`, `not rank`,
-`if rank:` (its `else`),
+Checks for collectives reached on one rank only. Rank tests: `rank == 0` (or any other
+rank, `rank == 1`; `local_rank == -1` means one process, no rank), `not rank`, `if rank:` (its `else`),
 `dist.get_rank() == 0`, `args.local_rank in (-1, 0)`, `local_rank <= 0`,
 `int(os.environ["RANK"]) == 0`, `accelerator.is_main_process`, `trainer.is_global_zero`,
-`trainer.is_world_process_zero()`, `fabric.global_rank == 0`, `args.should_save`, a variable
+`trainer.is_world_process_zero()`, `fabric.global_rank == 0`, `args.should_save`, a
+comparison of a variable that holds the process's rank whatever its name (`ddp_rank =
+int(os.environ["RANK"])`, then `ddp_rank == 0`; a group's or mesh dimension's rank, such as
+`mesh.get_local_rank("tp")`, is not one), a variable
 or attribute assigned one (`is_main = dist.get_rank() == 0`, `self._is_rank_zero = ...`), a
 function of this file returning one, the rest of a block after `if rank != 0: return`,
 functions decorated with `@rank_zero_only` / `@accelerator.on_main_process`, and a test of a
