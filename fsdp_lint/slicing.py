@@ -63,6 +63,7 @@ import re
 import unicodedata
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from fsdp_lint.facts.loops import CALL_LEVELS
 from fsdp_lint.screen import parse
 
 # Files shorter than this are parsed whole: the ``ast`` pass would cost more than it saves.
@@ -850,43 +851,49 @@ def _choose(
             frontier.append(i)
     chains: Set[str] = set()  # dotted names bound from something relevant (``self.model = FSDP(...)``)
     locals_seen: Set[str] = set()
-    # units kept only because they call a function of a relevant unit: the facts follow
-    # calls one level (``loops.per_step_via_call``, ``offload``'s callers of a wrap), so
-    # the functions such a unit defines make no further callers relevant (only those
-    # whose ``return`` carries something relevant: ``dataflow`` follows returns up)
-    callers: Set[int] = set()
-    processed: Dict[int, bool] = {}  # unit -> processed as a caller only
+    # units kept only because they call a function of a relevant unit, with how many calls
+    # they stand from it: the facts follow calls ``loops.CALL_LEVELS`` deep (a training
+    # loop calling ``train_step``, which calls the helper that summons), so such a unit's
+    # functions make their callers relevant one level further, up to that depth; beyond it
+    # only the functions whose ``return`` carries something relevant do (``dataflow``
+    # follows returns up: ``model = self._wrap(net)``)
+    callers: Dict[int, int] = {}
+    processed: Dict[int, Optional[int]] = {}  # unit -> None: processed in full; n: as a caller n calls away
     while frontier:
         added: List[int] = []
         full_queued: Set[int] = set()
 
-        def queue(j: int, full: bool) -> None:
+        def queue(j: int, full: bool, level: int = 1) -> None:
             if full:
-                callers.discard(j)
+                callers.pop(j, None)
                 full_queued.add(j)
-            elif j in processed or j in full_queued or j in callers:
+            elif j in full_queued or processed.get(j, level) is None or callers.get(j, level + 1) <= level:
                 return
             else:
-                callers.add(j)
+                callers[j] = level
             added.append(j)
             index.take(j)
 
         for i in frontier:
-            as_caller = i in callers
-            if i in processed and (not processed[i] or as_caller):
+            level = callers.get(i)
+            if i in processed and (processed[i] is None or (level is not None and processed[i] <= level)):
                 continue  # done, and not to be followed further than it was
-            processed[i] = as_caller
+            processed[i] = level
             kept.add(i)
             unit = index.unit(i)
+            further = level is None or level < CALL_LEVELS  # its callers are still within reach
             if unit.top_import:
                 defs, functions, new_chains, local = unit.vocabulary_aliases - relevant, set(), set(), set()
             elif not follow:
-                # every site is a seed: only the callers of a seed's functions (one level:
-                # ``loops.per_step_via_call``, ``offload``'s callers of a wrap, hooks by name)
+                # every site is a seed: only the callers of a seed's functions, and theirs,
+                # ``CALL_LEVELS`` deep (``loops.per_step_via_call``, ``offload``'s callers of a
+                # wrap, hooks by name)
                 defs, new_chains, local = set(), set(), set()
-                functions = set() if as_caller else {name for name, _, _ in unit.functions}
+                functions = {name for name, _, _ in unit.functions} if further else set()
             else:
-                defs, functions, new_chains, local = _passed_on(unit, relevant, chains, lines, as_caller)
+                defs, functions, new_chains, local = _passed_on(unit, relevant, chains, lines, level is not None)
+                if level is not None and further:
+                    functions = {name for name, _, _ in unit.functions}
                 defs -= relevant
                 functions -= relevant
                 new_chains -= chains
@@ -900,7 +907,7 @@ def _choose(
                 # local name bound from something relevant (``model = FSDP(net)``): the facts'
                 # file-wide name sets reach a unit where that name is a parameter or not
                 # bound (``def save(model): model.state_dict()``); a caller of a function
-                if processed.get(j) is False:
+                if processed.get(j, 0) is None:
                     continue
                 words = index.words(j)
                 if not words.isdisjoint(defs) or any(
@@ -908,9 +915,9 @@ def _choose(
                 ):
                     queue(j, True)
                 elif not words.isdisjoint(functions):
-                    queue(j, False)
+                    queue(j, False, (level or 0) + 1)
             for j in sorted(index.mentioning({c.rsplit(".", 1)[-1] for c in new_chains})):
-                if processed.get(j) is False:
+                if processed.get(j, 0) is None:
                     continue
                 if not (index.unit(j).uses_any | index.unit(j).binds_any).isdisjoint(new_chains):
                     queue(j, True)

@@ -241,9 +241,91 @@ def test_a_method_a_hook_calls_runs_on_every_step_one_level():
                 other()
         """
     )
-    where, call = per_step_via_call(facts, _site(facts, "marker").ctx)
-    assert where.node.name.value == "on_before_zero_grad" and call.attr == "update_ema"
+    where, calls = per_step_via_call(facts, _site(facts, "marker").ctx)
+    assert where.node.name.value == "on_before_zero_grad" and [c.attr for c in calls] == ["update_ema"]
     assert per_step_via_call(facts, _site(facts, "other").ctx) is None
+
+
+@pytest.mark.parametrize(
+    "step_body,every_step",
+    [
+        ("loss.backward()\n    optimizer.step()", True),  # the step is made once per call
+        ("for micro in batch:\n        loss.backward()\n    optimizer.step()", True),  # accumulation
+        ("for batch in loader:\n        loss.backward()\n        optimizer.step()", False),  # an epoch
+        ("log(batch)", False),  # no step at all: an evaluation loop
+    ],
+)
+def test_a_loop_steps_through_the_function_it_calls(step_body, every_step):
+    facts = facts_of(
+        f"""
+def train_step(batch):
+    {step_body}
+
+def train(loader):
+    for batch in loader:
+        train_step(batch)
+        marker()
+"""
+    )
+    assert (per_step_loop(facts, _site(facts, "marker").ctx) is not None) is every_step
+
+
+@pytest.mark.parametrize(
+    "rollout_call,levels",
+    [
+        ("rollout(policy)", 3),  # loop -> train_step -> collect -> rollout
+        ("if step % 10 == 0:\n        rollout(policy)", None),  # a sparse guard breaks the chain
+    ],
+)
+def test_a_statement_runs_per_step_several_calls_from_the_loop(rollout_call, levels):
+    facts = facts_of(
+        f"""
+def rollout(policy):
+    marker()
+
+def collect(policy, step):
+    {rollout_call}
+
+def train_step(policy, batch, step):
+    collect(policy, step)
+    loss.backward()
+    optimizer.step()
+
+def train(policy, loader):
+    for step, batch in enumerate(loader):
+        train_step(policy, batch, step)
+"""
+    )
+    found = per_step_via_call(facts, _site(facts, "marker").ctx)
+    if levels is None:
+        assert found is None
+    else:
+        assert [call.attr for call in found[1]] == ["train_step", "collect", "rollout"]
+
+
+def test_calls_four_levels_from_the_loop_are_not_followed():
+    facts = facts_of(
+        """
+def a():
+    marker()
+
+def b():
+    a()
+
+def c():
+    b()
+
+def d():
+    c()
+
+def train(loader):
+    for batch in loader:
+        d()
+        loss.backward()
+"""
+    )
+    assert per_step_via_call(facts, _site(facts, "marker").ctx) is None
+    assert per_step_via_call(facts, _site(facts, "a").ctx) is not None  # three calls away
 
 
 def _site(facts, attr):

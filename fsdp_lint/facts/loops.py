@@ -13,7 +13,8 @@ predicate).  Loop counters: the ``for`` target and the names the loop adds to (`
 1``).  A test of a latch the function sets after it (``if self.logged: return``, then
 ``self.logged = True``) runs once.  A test on anything else (a flag, ``step > warmup``)
 leaves every step.  A function
-of this file called on every step runs its body on every step too.
+of this file called on every step runs its body on every step too, and so do the functions
+it calls on every run (``CALL_LEVELS`` calls apart).
 
 A trainer's loop is not in the file: the methods it calls once per step are
 (``frameworks.STEP_HOOKS``: a LightningModule's ``training_step`` and batch hooks, a
@@ -29,9 +30,10 @@ from typing import Optional, Set, Tuple, Union
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.dataflow import calls_of
+from fsdp_lint.facts.dataflow import called_functions, calls_of
 from fsdp_lint.facts.frameworks import STEP_COUNTERS, step_hook
 from fsdp_lint.facts.imports import dotted_name, target_names
+from fsdp_lint.facts.index import STEP_ATTRS
 from fsdp_lint.facts.model import CallSite, Context, Guard, Loop, ModuleFacts
 from fsdp_lint.facts.walk import descendants
 from fsdp_lint.facts.scopes import function_info, latest_binding
@@ -49,13 +51,34 @@ def per_step_loop(facts: ModuleFacts, ctx: Context) -> Optional[Loop]:
     """The innermost training loop that runs this context on every iteration, or None."""
     for depth in range(len(ctx.loops) - 1, -1, -1):
         loop = ctx.loops[depth]
-        if not loop.steps:
+        if not steps(facts, loop):
             continue
         inside = [g for g in ctx.guards if g.loop_depth > depth]
         if any(_sparse(facts, g, ctx.loops[depth:], ctx) for g in inside):
             return None
         return loop
     return None
+
+
+def steps(facts: ModuleFacts, loop: Loop) -> bool:
+    """The loop runs a training step on every iteration: a ``.backward(...)``/``.step(...)``
+    call has it as its innermost loop, or it calls a function of this file that makes one
+    outside any loop of its own (``for batch in loader: train_step(model, batch)``, the
+    backward and the optimizer step in ``train_step``).  A function whose steps are in a
+    loop of its own (``train_epoch``) does not make its caller's loop a training loop."""
+    if loop.steps:
+        return True
+    return facts.cached(("loop_steps_through_call", id(loop.node)), lambda f: any(
+        site.ctx.loops and site.ctx.loops[-1] is loop and any(
+            _steps_once(f, info.node) for info in called_functions(f, site.node, site.ctx))
+        for site in f.calls))
+
+
+def _steps_once(facts: ModuleFacts, function) -> bool:
+    """The function makes a ``.backward(...)``/``.step(...)`` call outside any loop of its own."""
+    return facts.cached(("steps_once", id(function)), lambda f: any(
+        site.ctx.function is function and not site.ctx.loops and site.attr in STEP_ATTRS
+        and isinstance(site.node.func, cst.Attribute) for site in f.calls))
 
 
 def _counters(facts: ModuleFacts, loop: Loop) -> Set[str]:
@@ -156,20 +179,37 @@ def _sparse_test(facts: ModuleFacts, test, counters: Set[str], guard: Guard, ctx
     return False
 
 
-def per_step_via_call(facts: ModuleFacts, ctx: Context) -> Optional[Tuple[Union[Loop, StepHook], Optional[CallSite]]]:
+# How many calls apart a statement and the loop (or hook) that runs it may stand: the
+# statement's function called from the loop (1), or from a function the loop calls (2),
+# and so on.  ``slicing`` keeps that many levels of callers for a large file.
+CALL_LEVELS = 3
+
+
+def per_step_via_call(facts: ModuleFacts, ctx: Context) -> Optional[Tuple[Union[Loop, StepHook], Tuple[CallSite, ...]]]:
     """The training loop, or the trainer's per-step hook, that runs ``ctx`` on every step:
-    directly, or through a call of its function (or method) from this file made on every
-    step (one call level: ``ema.update(model)`` in the loop, the summon inside ``update``).
-    The call is None for the direct case."""
+    directly, or through calls of this file made on every step, up to ``CALL_LEVELS``
+    apart (``ema.update(model)`` in the loop, the summon inside ``update``; a loop calling
+    ``train_step(batch)``, which calls ``rollout(model)``, which summons).  Each call on the
+    way must run on every run of its function (not under a sparse guard).  The calls come
+    from the loop (or hook) inwards; none for the direct case."""
     found = per_step_loop(facts, ctx) or per_step_hook(facts, ctx)
     if found is not None:
-        return found, None
-    if ctx.function is None or any(_sparse(facts, g, ctx.loops, ctx) for g in ctx.guards):
+        return found, ()
+    return _per_step_caller(facts, ctx, CALL_LEVELS, set())
+
+
+def _per_step_caller(facts: ModuleFacts, ctx: Context, levels: int, seen: Set[int]):
+    if levels == 0 or ctx.function is None or id(ctx.function) in seen:
         return None
+    if any(_sparse(facts, g, ctx.loops, ctx) for g in ctx.guards):
+        return None
+    seen.add(id(ctx.function))
     for call in calls_of(facts, ctx.function):
         site = facts.call_site(call)
-        if site is not None and site.ctx.function is not ctx.function:
-            outer = per_step_loop(facts, site.ctx) or per_step_hook(facts, site.ctx)
-            if outer is not None:
-                return outer, site
+        if site is None or site.ctx.function is ctx.function:
+            continue
+        outer = per_step_loop(facts, site.ctx) or per_step_hook(facts, site.ctx)
+        found = (outer, ()) if outer is not None else _per_step_caller(facts, site.ctx, levels - 1, seen)
+        if found is not None:
+            return found[0], found[1] + (site,)
     return None

@@ -36,7 +36,13 @@ True`, `if self.logged: return` then `self.logged = True`). A test on anything e
 args.debug:`, `if step > warmup:`) leaves the summon on every step; nor is a
 summon in an outer epoch loop, or in an evaluation loop that never steps. A summon in a
 function or method of the same file that the loop calls on every step
-(`ema.update(model)`, `log_weight_norm(model)`) runs on every step too (one call level).
+(`ema.update(model)`, `log_weight_norm(model)`) runs on every step too, and so does one
+that such a function calls, up to three calls from the loop (`train_step(batch)` calling
+`generate_completions(policy)`, which summons); a call under a sparse guard on the way
+breaks the chain. A loop also steps when it calls a function of the file that makes the
+backward or the optimizer step outside any loop of its own (`for batch in loader:
+train_step(batch)`); a function that loops over batches itself (`train_epoch`) leaves its
+caller's loop an epoch loop.
 
 A trainer's loop is not in the file, but the methods it calls on every training step are:
 a `LightningModule`'s `training_step`, `backward`, `optimizer_step`, `optimizer_zero_grad`,
@@ -87,14 +93,13 @@ for step, batch in enumerate(loader):
 
 ## Known problems
 - A training loop is one the file shows: a `for`/`while` loop that is the innermost loop of
-  a `.backward(...)` or `.step(...)` call in the same function, or a trainer's per-step hook
-  listed above. A loop whose step runs in a function it calls (`train_step(batch)`), a hook
-  of another framework, or a hook method of a class whose framework base the file cannot
-  name (a base class from another module of the project), is not seen, and its summons are
-  not flagged.
-- The summon must be in the loop's function or in a function of this file that the loop
-  calls directly (one call level); a summon two calls away or in another module is not
-  followed.
+  a `.backward(...)` or `.step(...)` call in the same function or in a function of the file
+  it calls, or a trainer's per-step hook listed above. A loop whose step runs in another
+  module, a hook of another framework, or a hook method of a class whose framework base the
+  file cannot name (a base class from another module of the project), is not seen, and its
+  summons are not flagged.
+- The summon must be in the loop's function or at most three calls away in functions of
+  this file; a summon in another module is not followed.
 - A guard it does not recognise as sparse (a flag, `if step > warmup:`, a predicate that
   does not take a loop counter) is assumed to run on every step and the summon is flagged;
   write the guard with `%` or a counter comparison, or add `# noqa: FSD002`.
@@ -113,8 +118,10 @@ computing the statistic from the local shards plus one scalar `torch.distributed
             found = per_step_via_call(facts, summon.site.ctx)
             if found is None:
                 continue
-            where, call = found
-            through = f" (through the call at line {report.row(call.node)})" if call is not None else ""
+            where, calls = found
+            rows = [str(report.row(call.node)) for call in calls]
+            through = (f" (through the call{'s' if len(rows) > 1 else ''} at line{'s' if len(rows) > 1 else ''} "
+                       f"{', '.join(rows)})" if rows else "")
             what = "the root module's own parameters" if summon.value("recurse") is False else "all parameters"
             if isinstance(where, StepHook):
                 runs = (f"in `{where.node.name.value}` (line {report.row(where.node)}), a hook of "
