@@ -14,6 +14,10 @@ Sources (line numbers as of the versions named):
   ``utils/dataclasses.py`` l. 1938).
 - transformers 5.24.0 ``trainer.py``: ``save_model`` all-gathers under FSDP with a full
   state dict (the Trainer default, l. 4105); under DDP it guards itself (``should_save``).
+  ``evaluate`` (l. 2805) and ``predict`` (l. 3132) run ``evaluation_loop`` (l. 2904): the
+  wrapped model's forward on each batch (``prediction_step``, l. 2996; under FSDP an
+  all-gather of each unit's parameters) and ``accelerator.gather_for_metrics`` of the
+  losses and logits (l. 3007-3026); neither guards itself.
 - lightning 2.6.6: ``Fabric.save``/``Fabric.load`` end in ``self.barrier()`` (``fabric.py``
   l. 867, 915) in every multi-process strategy, and the docstring says "must be called on
   all processes"; ``Trainer.save_checkpoint`` builds the checkpoint (a full state dict under
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -61,7 +65,7 @@ ALWAYS = {
 # framework -> methods that gather a sharded model when the job uses FSDP
 WITH_FSDP = {
     "accelerator": frozenset({"get_state_dict", "save_model", "save_state", "load_state"}),
-    "hf_trainer": frozenset({"save_model"}),
+    "hf_trainer": frozenset({"save_model", "evaluate", "predict"}),
     # lightning 2.6.6 ``pytorch/trainer/trainer.py`` l. 1463-1465: ``dump_checkpoint`` (under
     # FSDP a full state dict, ``strategies/fsdp.py`` l. 505) then ``strategy.barrier``; counted
     # only where FSDP shows (not every DeepSpeed or DDP script)
@@ -131,11 +135,29 @@ def _trainer_class(facts: ModuleFacts, class_def, depth: int = 0) -> Optional[st
 #   plugin or a strategy class, an ``fsdp_plugin=``/``fsdp=`` keyword, a
 #   strategy string with ``fsdp``, ``full_shard`` or ``shard_grad_op``;
 SHOWS_FSDP_TEXT = re.compile(r"fsdp|FSDP|FullyShardedDataParallel|full_shard|shard_grad_op")
+# - an accelerate method every rank must call: its receiver is built by ``Accelerator(...)``
+#   or named ``accelerator`` (``framework_of``);
+ACCELERATOR_TEXT = re.compile(r"[Aa]ccelerat")
 # - a Fabric method every rank must call, on a receiver named ``fabric`` (``self.fabric``);
 _FABRIC_METHODS = "|".join(sorted(ALWAYS["fabric"]))
 FABRIC_CALL_TEXT = re.compile(rf"\bfabric[\s\\]*\.[\s\\]*(?:{_FABRIC_METHODS})\b")
 # - the same method on any receiver (one built by ``Fabric(...)``, under any name).
 FABRIC_METHOD_TEXT = re.compile(rf"\.[\s\\]*(?:{_FABRIC_METHODS})\b")
+
+
+def collective_method_needs() -> Dict[str, "re.Pattern[str]"]:
+    """The framework methods ``framework_collective`` knows (but Fabric's ``save``, ``load``,
+    ...: a rule finds those by ``FABRIC_CALL_TEXT``/``FABRIC_METHOD_TEXT``), each with the
+    text filter that holds in every file where a call of it can be one every rank must
+    make: ``SHOWS_FSDP_TEXT`` for those that gather only under FSDP, ``ACCELERATOR_TEXT``
+    for accelerate's collectives."""
+    needs = dict.fromkeys(ALWAYS["accelerator"], ACCELERATOR_TEXT)
+    for methods in WITH_FSDP.values():
+        needs.update(dict.fromkeys(methods, SHOWS_FSDP_TEXT))
+    return needs
+
+
+WITH_FSDP_METHODS = frozenset().union(*WITH_FSDP.values())
 
 
 def framework_of(facts: ModuleFacts, receiver: cst.BaseExpression, site: CallSite) -> Optional[str]:

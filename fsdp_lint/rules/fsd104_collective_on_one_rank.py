@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, GATHER_ADVICE, balanced, framework_call, torch_collective
-from fsdp_lint.facts.frameworks import FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, framework_collective
+from fsdp_lint.facts.frameworks import (
+    FABRIC_CALL_TEXT, FABRIC_METHOD_TEXT, SHOWS_FSDP_TEXT, WITH_FSDP_METHODS, collective_method_needs,
+    framework_collective,
+)
 from fsdp_lint.facts.helpers import collective_helper
 from fsdp_lint.facts.processes import in_single_process_branch
 from fsdp_lint.facts.ranks import one_rank_branch, rank_guard
@@ -19,31 +22,30 @@ class CollectiveOnOneRank(Rule):
         "a collective (full state dict or its load, `summon_full_params`, a forward of a model sharded into nested units, `torch.distributed`, accelerate/Lightning/transformers save and gather calls) called only under a rank test: hang"
     )
     fix_availability = FIX_NEVER
-    markers = (
-        # torch.distributed collectives count only in a file that uses FSDP; framework calls
-        # that every rank must make are named by their receiver (accelerator, fabric, trainer)
-        (
-            "FullyShardedDataParallel", "fully_shard", "get_model_state_dict", "get_state_dict",
-            "get_optimizer_state_dict", "summon_full_params", "optim_state_dict", "full_optim_state_dict",
-            "wait_for_everyone", "gather_for_metrics", "pad_across_processes", "save_state", "load_state",
-            "save_model", "fabric", "Fabric", "gather_cpu_state_dict", "get_full_optimizer_state_dict",
-            "get_full_model_state_dict", "save_checkpoint",
-        ),
-        ("rank", "RANK", "main_process", "is_global_zero", "is_master", "process_zero", "should_save",
-         "process_index", "is_main", "master_only"),
-    )
-    # accelerate's and transformers' saving calls gather only where the file configures FSDP,
-    # torch's ``get_state_dict`` comes from ``torch.distributed.checkpoint``; a Fabric call
-    # names its method (``lightning.fabric`` in an import is no call)
-    seed_names = DIST_COLLECTIVES
-    project_kinds = frozenset({"shards", "wraps", "collective"})
-    needs_met_by_launch = frozenset({"save_model", "save_state", "load_state", "get_state_dict", "save_checkpoint"})
+    # torch.distributed collectives count only in a file that uses FSDP; framework calls
+    # that every rank must make are the frameworks' own list (accelerate's where an
+    # accelerator shows, the FSDP-only ones where FSDP shows; ``frameworks``), Fabric's are
+    # named by their receiver; torch's ``get_state_dict`` comes from
+    # ``torch.distributed.checkpoint``
     marker_needs = {
-        **dict.fromkeys(("save_model", "save_state", "load_state", "save_checkpoint"), SHOWS_FSDP_TEXT),
+        **collective_method_needs(),
         "get_state_dict": re.compile(f"{SHOWS_FSDP_TEXT.pattern}|checkpoint"),
         "fabric": FABRIC_CALL_TEXT,
         "Fabric": FABRIC_METHOD_TEXT,
     }
+    markers = (
+        (
+            "FullyShardedDataParallel", "fully_shard", "get_model_state_dict", "get_optimizer_state_dict",
+            "summon_full_params", "optim_state_dict", "full_optim_state_dict", "gather_cpu_state_dict",
+            "get_full_optimizer_state_dict", "get_full_model_state_dict", *sorted(marker_needs),
+        ),
+        ("rank", "RANK", "main_process", "is_global_zero", "is_master", "process_zero", "should_save",
+         "process_index", "is_main", "master_only"),
+    )
+    seed_names = DIST_COLLECTIVES
+    project_kinds = frozenset({"shards", "wraps", "collective"})
+    # a launch configuration turns FSDP on for the file
+    needs_met_by_launch = WITH_FSDP_METHODS
     doc = """\
 ## What it does
 Checks for collectives reached on one rank only. Rank tests: `rank == 0` (or any other
@@ -122,7 +124,9 @@ Collectives:
   `FSDPStrategy`) or the project launches it with FSDP (a LightningCLI config passed with
   `--config`: `trainer: strategy: fsdp` or `class_path: ...FSDPStrategy`), not in every
   DeepSpeed or DDP file;
-- transformers (5.24.0): `trainer.save_model()` when the file configures FSDP (`fsdp=`,
+- transformers (5.24.0): `trainer.save_model()`, and `trainer.evaluate()` and
+  `trainer.predict()` (the sharded model's forward and `gather_for_metrics` on every batch)
+  when the file configures FSDP (`fsdp=`,
   also in a dict built before `TrainingArguments(**args)` or as the default of the `fsdp`
   field of a `TrainingArguments` subclass; `fsdp_config=` alone turns
   nothing on) or the project launches it with `--fsdp` (with its `--fsdp_config` JSON);
@@ -238,7 +242,8 @@ No automatic fix: the gathering call has to move before the rank test.
   `save_state` l. 3701-3720), `state.py` l. 412 (`wait_for_everyone`)
 - lightning 2.6.6 `fabric/fabric.py` l. 829-867 ("This method must be called on all
   processes!"), `pytorch/trainer/trainer.py` l. 1465
-- transformers 5.24.0 `trainer.py` l. 4085-4137 (`save_model`)
+- transformers 5.24.0 `trainer.py` l. 4085-4137 (`save_model`), l. 2805-3026 (`evaluate`,
+  `predict`, `evaluation_loop`)
 - [FSDP state dicts](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.state_dict_type)
 """
 
