@@ -81,6 +81,9 @@ class Origins:
     # a parameter of a top-level function: the FSDP modules calls in other project files
     # pass for it (``facts.passed_arguments.ExternalWrap``; ``origins_with_callers`` only)
     external: list = field(default_factory=list)
+    # parameters some path stopped at that are annotated with torch's FSDP class (``def
+    # __init__(self, wrapped_model: FSDP)``): an FSDP1 module whose configuration is not seen
+    declared: List[cst.Param] = field(default_factory=list)
 
     @property
     def fsdp1(self) -> List[Origin]:
@@ -342,11 +345,29 @@ def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: 
         else:
             result.complete = False
             result.opaque = result.opaque or isinstance(source.expr, cst.Call)
+    for name, where in found.open_params:
+        param = _declared_fsdp1(facts, name, where)
+        if param is not None:
+            result.declared.append(param)
     for source in found.unbound:
         if source.expr.attr.value in torch_api.FSDP1_INNER_MODULE and len(via) < 3:
             outer = origins(facts, source.expr.value, source.ctx, source.order, source.via)
             result.inner.extend(o for o in outer.fsdp1 if o not in result.inner)
     return result
+
+
+def _declared_fsdp1(facts: ModuleFacts, name: str, ctx) -> Optional[cst.Param]:
+    """The parameter ``name`` of ``ctx``'s function when its annotation is torch's FSDP
+    class (``wrapped_model: FSDP``, ``model: FullyShardedDataParallel``)."""
+    info = function_info(facts, ctx.function) if ctx.function is not None else None
+    if info is None:
+        return None
+    params = info.node.params
+    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+        if param.name.value == name and param.annotation is not None \
+                and facts.qualname(param.annotation.annotation) in torch_api.FSDP_CLASS:
+            return param
+    return None
 
 
 def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: int) -> Origins:
@@ -361,7 +382,7 @@ def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression],
     if not callers:
         return result
     merged = Origins(list(result.wraps), complete=True, plain=result.plain, opaque=result.opaque,
-                     inner=list(result.inner), external=list(result.external))
+                     inner=list(result.inner), external=list(result.external), declared=list(result.declared))
     info = function_info(facts, ctx.function)
     for call in callers:
         through = origins(facts, expr, ctx, order, (call,))

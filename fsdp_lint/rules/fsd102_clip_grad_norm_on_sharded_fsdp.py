@@ -38,11 +38,15 @@ as in a `train(model, ...)` helper, or, for a top-level function of a project mo
 through the calls other files of the project make of it: `train(model, ...)` in the entry
 script that wraps `model`, with the strategy that file shows, though not on a branch that
 runs only when the program is not distributed, such as the `else` of `if cfg.enable_fsdp:`),
-with a strategy that is visible: written, or held in
+or `m` is a parameter annotated with torch's FSDP class (`def __init__(self, wrapped_model:
+FSDP)`, then `self.wrapped_model.parameters()`). The strategies it may have are read where
+they are visible: written, or held in
 a variable, module constant, config function or dict of this file (`STRATEGIES.get(name,
 ShardingStrategy.FULL_SHARD)`: any of its values), or returned by a function of another
 project file whose every `return` gives a `ShardingStrategy` member
-(`get_sharding_strategy(args)`: any of them); one of the strategies must shard. Not
+(`get_sharding_strategy(args)`: any of them); one of them must shard, and a strategy the
+linter cannot see (a command-line choice, an annotation) counts as one that may: every
+strategy but `NO_SHARD` shards, and the sharded run is the one that clips wrongly. Not
 where a branch around the call tests what the module is (`isinstance(model, FSDP)`,
 `hasattr(model, "clip_grad_norm_")`), nor in a branch exclusive with the wrap's (`if not
 use_fsdp:`; in a class, the `else` of `if self.is_fsdp:` where `__init__` sets the flag once
@@ -80,13 +84,14 @@ model.clip_grad_norm_(1.0)
 ## Known problems
 - The rule stays quiet unless an FSDP1 construction of this file (or, for a parameter, of a
   project file that calls the function, or builds the class whose `__init__` stores it in
-  `self.model`) reaches the call and every strategy it may have is
-  visible. In a project without `pyproject.toml` or `.git` the other files are not read. A
-  model it cannot follow (a parameter of a function no call of the project passes a wrapped
-  model to, an attribute set elsewhere, a
-  value returned by a call the file cannot see into), a strategy set outside the file (an
-  accelerate config's `fsdp_sharding_strategy`, `--fsdp`, a helper of another module that
-  builds it from a string, `ShardingStrategy[name]`), or an unreadable `**cfg` is not flagged.
+  `self.model`) or an FSDP annotation reaches the call. In a project without
+  `pyproject.toml` or `.git` the other files are not read. A model it cannot follow (a
+  parameter of a function no call of the project passes a wrapped model to and that is not
+  annotated as FSDP, an attribute set elsewhere, a value returned by a call the file cannot
+  see into) is not flagged.
+- A strategy it cannot see is taken to shard: a job launched with `NO_SHARD` from a config
+  (`ShardingStrategy[args.strategy]`) and a torch `clip_grad_norm_` is reported although it
+  clips right; add `# noqa: FSD102` there.
 - A wrap on one path is enough: a program that clips wrongly whenever it runs sharded is
   reported, even if its other configurations (one process, DDP, `NO_SHARD`) are right.
 - Parameters listed through a helper of another function are not followed; only a list,
@@ -128,14 +133,19 @@ A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of
             # from the callers in other files: not on a branch that runs only when the program
             # is not distributed (``else:`` of ``if cfg.enable_fsdp:``), which such a caller never takes
             passed = [e for e in found.external if not e.fsdp2] if not in_single_process_branch(site.ctx) else []
-            if not (found.fsdp1 or passed) or (owner is not None and tests_type_of(site.ctx, owner)):
+            declared = found.declared if not in_single_process_branch(site.ctx) else []
+            if not (found.fsdp1 or passed or declared) or (owner is not None and tests_type_of(site.ctx, owner)):
                 continue  # no FSDP1 wrap reaches the call, or a type test decides which one does
             strategies = [wrap_config(facts, o).sharding for o in found.fsdp1] + [
-                set(e.sharding) if e.sharding is not None else UNKNOWN for e in passed]
-            if any(s is UNKNOWN for s in strategies) or not any(s - {"NO_SHARD"} for s in strategies):
-                continue  # a strategy the file does not show, or none of them shards
-            where = f"line {report.row(found.fsdp1[0].wrap.site.node)}" if found.fsdp1 else \
-                f"passed sharded by {passed[0].place}"
+                set(e.sharding) if e.sharding is not None else UNKNOWN for e in passed] + [UNKNOWN for _ in declared]
+            if not any(s is UNKNOWN or s - {"NO_SHARD"} for s in strategies):
+                continue  # none of the strategies it may have shards
+            if found.fsdp1:
+                where = f"line {report.row(found.fsdp1[0].wrap.site.node)}"
+            elif passed:
+                where = f"passed sharded by {passed[0].place}"
+            else:
+                where = f"`{declared[0].name.value}: FSDP`, line {report.row(declared[0])}"
             fix = None
             extra = set(bound) - {"parameters", "max_norm", "norm_type"}
             if not opaque and not extra and "max_norm" in bound and not subset:
@@ -161,7 +171,7 @@ def _root_or_part(facts, expr, site):
     the root's shards (its parameters are views into them, or its units' flat parameters)."""
     found = origins_with_callers(facts, expr, site.ctx, site.order)
     part = expr
-    while not found.fsdp1 and not found.external and isinstance(part, cst.Attribute):
+    while not found.fsdp1 and not found.external and not found.declared and isinstance(part, cst.Attribute):
         part = part.value
         outer = origins_with_callers(facts, part, site.ctx, site.order)
         if outer.fsdp1:
