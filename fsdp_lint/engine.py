@@ -68,10 +68,14 @@ def _gate(rules: Sequence[Type[Rule]]):
     """Strings one of which every file wanted by some of ``rules`` contains: from each
     rule, its first marker group, or a later one whose shortest marker is longer (rarer:
     ``FullyShardedDataParallel`` rather than ``to``); a string containing another is left
-    out.  None when a rule has no markers (every file is wanted)."""
-    key = tuple(rule.code for rule in rules)
+    out.  A marker that counts only where its pattern matches too (``Rule.marker_needs``:
+    FSD104's ``evaluate`` where the text shows FSDP and transformers) is kept apart with
+    that pattern.  Returns (the strings, factored; the (marker, pattern) pairs), or None
+    when a rule has no markers (every file is wanted)."""
+    key = tuple(rules)  # the classes: a test's variant of a rule keeps its code
     if key not in _GATES:
         strings = set()
+        needs = []
         for rule in rules:
             if not rule.markers:
                 _GATES[key] = None
@@ -80,8 +84,15 @@ def _gate(rules: Sequence[Type[Rule]]):
             for other in rule.markers[1:]:
                 if min(map(len, other)) > min(map(len, group)):
                     group = other
-            strings.update(group)
-        _GATES[key] = _factored(sorted(m for m in strings if not any(o != m and o in m for o in strings)))
+            for marker in group:
+                need = rule.marker_needs.get(marker) if group is rule.markers[0] else None
+                if need is None:
+                    strings.add(marker)
+                else:
+                    needs.append((marker, need))
+        needs = [(m, p) for m, p in needs if not any(o in m for o in strings)]
+        _GATES[key] = (_factored(sorted(m for m in strings if not any(o != m and o in m for o in strings))),
+                       tuple(needs))
     return _GATES[key]
 
 
@@ -120,7 +131,7 @@ def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None, project=No
     kinds = frozenset().union(*(project_kinds(project, text) if kinds is None else kinds).values())
     gate = _gate(rules)
     if not kinds and gate is not None and not (launch is not None and any(rule.launch_markers for rule in rules)) \
-            and not any(key in text and any(m in text for m in group) for key, group in gate):
+            and not _passes(gate, text, launch is not None):
         return []  # (a launched file may be wanted by a rule's ``launch_markers`` alone)
     return [rule for rule in rules if rule.wanted(text, launch is not None) or not kinds.isdisjoint(rule.project_kinds)]
 
@@ -133,7 +144,15 @@ def names_a_topic(text: str, rules: Sequence[Type[Rule]]) -> bool:
     if not gate_on():
         return True
     gate = _gate(rules)
-    return gate is None or any(key in text and any(m in text for m in group) for key, group in gate)
+    return gate is None or _passes(gate, text, False)
+
+
+def _passes(gate, text: str, launched: bool) -> bool:
+    """``text`` holds one of the gate's strings, or a marker kept apart whose pattern
+    matches too (or whose file is launched: a launch may meet the need, ``Rule.wanted``)."""
+    strings, needs = gate
+    return any(key in text and any(m in text for m in group) for key, group in strings) or any(
+        marker in text and (launched or need.search(text)) for marker, need in needs)
 
 
 class FileGate:

@@ -135,9 +135,32 @@ def _trainer_class(facts: ModuleFacts, class_def, depth: int = 0) -> Optional[st
 #   plugin or a strategy class, an ``fsdp_plugin=``/``fsdp=`` keyword, a
 #   strategy string with ``fsdp``, ``full_shard`` or ``shard_grad_op``;
 SHOWS_FSDP_TEXT = re.compile(r"fsdp|FSDP|FullyShardedDataParallel|full_shard|shard_grad_op")
-# - an accelerate method every rank must call: its receiver is built by ``Accelerator(...)``
-#   or named ``accelerator`` (``framework_of``);
-ACCELERATOR_TEXT = re.compile(r"[Aa]ccelerat")
+
+
+class AllOf:
+    """A text filter that holds where each of its parts matches, tried in order: a string
+    by ``in`` (a fast scan, first), a compiled pattern by ``search``; each a linear scan
+    of the text.  It stands where a compiled pattern does (``search``, ``pattern``)."""
+
+    def __init__(self, *parts) -> None:
+        self.parts = parts
+        self.pattern = " & ".join(p if isinstance(p, str) else p.pattern for p in parts)
+
+    def search(self, text: str) -> bool:
+        return all((p in text) if isinstance(p, str) else p.search(text) for p in self.parts)
+
+
+# - an accelerate method every rank must call: its receiver is built by accelerate's
+#   ``Accelerator(...)`` (under that name or an import alias) or named ``accelerator``
+#   (``framework_of``; not ``torch.accelerator``'s own functions, nor Lightning's class);
+ACCELERATOR_TEXT = AllOf("ccelerator", re.compile(
+    rf"\bAccelerator[\s\\]*\(|\bAccelerator[ \t]+as\b"
+    rf"|\baccelerator[\s\\]*\.[\s\\]*(?:{'|'.join(sorted(ALWAYS['accelerator']))})\b"))
+# - a transformers Trainer method that gathers under FSDP: the text shows FSDP, and its
+#   receiver is a transformers or TRL trainer (a ``Trainer`` class of an import of either,
+#   or a ``trainer`` of a file importing one).
+HF_TRAINER_FSDP_TEXT = AllOf("rainer", re.compile(r"Trainer|\btrainer\b"), re.compile(r"\b(?:transformers|trl)\b"),
+                             SHOWS_FSDP_TEXT)
 # - a Fabric method every rank must call, on a receiver named ``fabric`` (``self.fabric``);
 _FABRIC_METHODS = "|".join(sorted(ALWAYS["fabric"]))
 FABRIC_CALL_TEXT = re.compile(rf"\bfabric[\s\\]*\.[\s\\]*(?:{_FABRIC_METHODS})\b")
@@ -149,11 +172,13 @@ def collective_method_needs() -> Dict[str, "re.Pattern[str]"]:
     """The framework methods ``framework_collective`` knows (but Fabric's ``save``, ``load``,
     ...: a rule finds those by ``FABRIC_CALL_TEXT``/``FABRIC_METHOD_TEXT``), each with the
     text filter that holds in every file where a call of it can be one every rank must
-    make: ``SHOWS_FSDP_TEXT`` for those that gather only under FSDP, ``ACCELERATOR_TEXT``
-    for accelerate's collectives."""
+    make: ``SHOWS_FSDP_TEXT`` for those that gather only under FSDP (``HF_TRAINER_FSDP_TEXT``
+    for a transformers Trainer's own), ``ACCELERATOR_TEXT`` for accelerate's collectives."""
     needs = dict.fromkeys(ALWAYS["accelerator"], ACCELERATOR_TEXT)
-    for methods in WITH_FSDP.values():
-        needs.update(dict.fromkeys(methods, SHOWS_FSDP_TEXT))
+    for framework, methods in WITH_FSDP.items():
+        for method in methods:
+            only_hf = all(method not in WITH_FSDP[other] for other in WITH_FSDP if other != "hf_trainer")
+            needs[method] = HF_TRAINER_FSDP_TEXT if framework == "hf_trainer" and only_hf else SHOWS_FSDP_TEXT
     return needs
 
 
