@@ -923,9 +923,11 @@ class ProjectView:
         if key not in self._scans:
             found: Dict[str, Helper] = {}
             for bound, spec in _import_bindings(text):
+                if text.count(bound) < 2:
+                    continue  # named only where it is imported: never called
                 helper, inner_helpers = self.index.resolved(self.path, self.root, spec)
-                if (helper is None and not inner_helpers) or text.count(bound) < 2:
-                    continue  # nothing there, or named only where it is imported: never called
+                if helper is None and not inner_helpers:
+                    continue  # nothing there
                 if helper is not None:
                     found[bound] = helper
                 for name, inner in inner_helpers.items():
