@@ -21,8 +21,9 @@ Which units are kept (a closure; when unsure, keep):
    units naming a rule's topic (its rarest marker group: ``FullyShardedDataParallel``
    rather than FSD107's ``to``) are seeds too, and step 2 follows them forward;
 2. forward: the callers of every function a seed defines (one level: the facts follow a
-   call once, ``loops.per_step_via_call``, ``offload``'s callers of a wrap; references
-   too, hooks are known by name).  Without sites, also: what a relevant unit defines at
+   call once, ``offload``'s callers of a wrap; ``Rule.caller_levels`` levels for a rule
+   whose facts follow more, FSD002's ``loops.per_step_via_call``; references too, hooks
+   are known by name).  Without sites, also: what a relevant unit defines at
    module scope; attributes and names bound from relevant values (the facts know
    ``self.model`` as FSDP by name), the units using them, transitively; and the functions
    whose ``return`` carries something relevant (their callers get an FSDP model);
@@ -63,7 +64,6 @@ import re
 import unicodedata
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from fsdp_lint.facts.loops import CALL_LEVELS
 from fsdp_lint.screen import parse
 
 # Files shorter than this are parsed whole: the ``ast`` pass would cost more than it saves.
@@ -790,8 +790,9 @@ def choose(
     lines = text.splitlines(keepends=True)
     index = _Index(units, lines, vocabulary)
     index.limit = max_share * len(lines) if max_share < 1.0 else None
+    levels = max((rule.caller_levels for rule in rules), default=1)
     try:
-        return _choose(index, markers, vocabulary, sites, follow)
+        return _choose(index, markers, vocabulary, sites, follow, levels)
     except _TooMuch:
         return None
 
@@ -814,7 +815,7 @@ def _site_units(units: List[_Unit], sites: Set[int]) -> List[int]:
 
 
 def _choose(
-    index: "_Index", markers, vocabulary, sites: Optional[Set[int]] = None, follow: bool = True
+    index: "_Index", markers, vocabulary, sites: Optional[Set[int]] = None, follow: bool = True, levels: int = 1,
 ) -> Optional[Tuple[List[_Unit], Set[int]]]:
     units, lines = index.units, index.lines
     importing = sorted(index.mentioning(("import",)))
@@ -852,9 +853,9 @@ def _choose(
     chains: Set[str] = set()  # dotted names bound from something relevant (``self.model = FSDP(...)``)
     locals_seen: Set[str] = set()
     # units kept only because they call a function of a relevant unit, with how many calls
-    # they stand from it: the facts follow calls ``loops.CALL_LEVELS`` deep (a training
-    # loop calling ``train_step``, which calls the helper that summons), so such a unit's
-    # functions make their callers relevant one level further, up to that depth; beyond it
+    # they stand from it: a rule's facts follow calls ``Rule.caller_levels`` deep (FSD002: a
+    # training loop calling ``train_step``, which calls the helper that summons), so such a
+    # unit's functions make their callers relevant one level further, up to that depth; beyond it
     # only the functions whose ``return`` carries something relevant do (``dataflow``
     # follows returns up: ``model = self._wrap(net)``)
     callers: Dict[int, int] = {}
@@ -881,12 +882,12 @@ def _choose(
             processed[i] = level
             kept.add(i)
             unit = index.unit(i)
-            further = level is None or level < CALL_LEVELS  # its callers are still within reach
+            further = level is None or level < levels  # its callers are still within reach
             if unit.top_import:
                 defs, functions, new_chains, local = unit.vocabulary_aliases - relevant, set(), set(), set()
             elif not follow:
                 # every site is a seed: only the callers of a seed's functions, and theirs,
-                # ``CALL_LEVELS`` deep (``loops.per_step_via_call``, ``offload``'s callers of a
+                # ``levels`` deep (``loops.per_step_via_call``, ``offload``'s callers of a
                 # wrap, hooks by name)
                 defs, new_chains, local = set(), set(), set()
                 functions = {name for name, _, _ in unit.functions} if further else set()

@@ -161,6 +161,10 @@ class Rule:
     gate_helper_kinds: ClassVar[FrozenSet[str]] = frozenset()
     gate_anchors: ClassVar[Tuple[str, ...]] = ()
     gate_sites: ClassVar[bool] = False
+    # how many calls apart a site and the caller whose context decides it may stand (a
+    # summon in a helper of the training loop's ``train_step``): the slice of a large file
+    # keeps callers that many levels deep for the rule (``slicing``)
+    caller_levels: ClassVar[int] = 1
     hazard_fixed_in: ClassVar[Optional[str]] = None
     paths_fixed_in: ClassVar[Dict[str, str]] = {}
     paths_on_by_default: ClassVar[FrozenSet[str]] = frozenset()

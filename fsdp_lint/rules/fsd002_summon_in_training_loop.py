@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.frameworks import STEP_HOOK_NAMES
-from fsdp_lint.facts.loops import StepHook, per_step_via_call
+from fsdp_lint.facts.loops import CALL_LEVELS, StepHook, per_step_via_call
 from fsdp_lint.facts.summon import summon_calls
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -15,6 +15,7 @@ class SummonInTrainingLoop(Rule):
     summary = "`summon_full_params` runs on every training step: in a training loop, or in a trainer's per-step hook"
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",), ("backward", ".step", *sorted(STEP_HOOK_NAMES)))
+    caller_levels = CALL_LEVELS
     gate_calls = frozenset({torch_api.SUMMON})
     gate_torch_only = True
     gate_names = frozenset({"backward", "step"}) | STEP_HOOK_NAMES
