@@ -796,6 +796,8 @@ class ProjectIndex:
             for record in passed_arguments(facts, lambda node: positions(node).start.line,
                                            lambda spec: target_of(spec) is not None):
                 name = record["spec"].rpartition(".")[2]
+                if "method" in record:
+                    name = f"{name}.{record['method']}"  # a method of the project class
                 target = target_of(record["spec"])
                 place = f"{os.path.relpath(importer, root)}:{record['line']}"
                 records.append({**record, "target": os.path.normpath(target), "name": name, "place": place})
@@ -935,12 +937,17 @@ class ProjectView:
             self._scans[key] = found
         return self._scans[key]
 
-    def passed(self, function: str, params: Tuple[str, ...], param: str) -> List[ExternalWrap]:
+    def passed(self, function: str, params: Tuple[str, ...], param: str,
+               through: FrozenSet[str] = frozenset()) -> List[ExternalWrap]:
         """The FSDP modules calls in other project files pass for ``param`` of this file's
-        top-level function ``function`` (``facts.passed_arguments``)."""
+        top-level function ``function``, or method ``Class.method`` (``facts.passed_arguments``).
+        ``through``: the methods of the class the value went through on its way here
+        (``self.train_loop(model)`` in ``fit``): a call on an instance of a subclass that
+        overrides one of them runs that subclass's own, and says nothing here."""
         if not self.callers:
             return []
-        return external_wraps([r for r in self._passed_records() if r["name"] == function], params, param)
+        return external_wraps([r for r in self._passed_records() if r["name"] == function
+                               and through.isdisjoint(r.get("overrides", ()))], params, param)
 
     def arguments(self, function: str, params: Tuple[str, ...], param: str) -> List[Optional[dict]]:
         """Per call in another project file of this file's top-level function (or class)

@@ -486,3 +486,55 @@ def test_only_the_classes_that_can_tie_are_parsed_for_ties_and_lines_are_kept():
     assert text.splitlines()[17].strip() == "self.head.weight = self.embed.weight"
     # a file of no such assignment is not parsed at all
     assert class_ties_of_text("class A:\n    def f(self):\n        self.x = self.y.z\n") == {}
+
+
+def _method_records(code):
+    import textwrap
+
+    import libcst
+
+    from fsdp_lint.facts.index import index_module
+    from fsdp_lint.facts.passed_arguments import passed_arguments
+
+    facts = index_module(libcst.parse_module(textwrap.dedent(code)))
+    return [r for r in passed_arguments(facts, lambda node: 0) if "method" in r]
+
+
+def test_a_method_called_on_an_instance_of_a_project_class_is_recorded_with_the_overrides():
+    records = _method_records(
+        """
+        from trainer.base import Trainer
+
+        class FSDPTrainer(Trainer):
+            def training_step(self, model, batch, batch_idx):
+                return model(**batch).loss
+
+        def main(model, loader):
+            trainer = FSDPTrainer(max_epochs=3)
+            trainer.fit(model=model, train_loader=loader)
+            plain = Trainer()
+            plain.evaluate(model)
+        """
+    )
+    found = {(r["spec"], r["method"], tuple(r.get("overrides", ()))) for r in records}
+    assert found == {("trainer.base.Trainer", "fit", ("training_step",)), ("trainer.base.Trainer", "evaluate", ())}
+
+
+def test_a_method_the_subclass_defines_or_an_unknown_receiver_is_not_recorded():
+    records = _method_records(
+        """
+        from trainer.base import Trainer
+
+        class FSDPTrainer(Trainer):
+            def fit(self, model, train_loader):
+                super().fit(model, train_loader)
+
+        def main(model, loader, make_trainer):
+            FSDPTrainer().fit(model, loader)  # no name: nothing recorded either
+            trainer = FSDPTrainer()
+            trainer.fit(model, loader)
+            other = make_trainer()
+            other.fit(model, loader)
+        """
+    )
+    assert records == []

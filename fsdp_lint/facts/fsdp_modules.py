@@ -391,7 +391,8 @@ def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression],
             known, argument = argument_for(call, info, expr.value)
             site = facts.call_site(call)
             if known and argument is not None and site is not None:
-                merged.external.extend(_passed_from_other_files(facts, argument, site.ctx, site.order))
+                methods = frozenset({info.name}) if info.class_def is not None else frozenset()
+                merged.external.extend(_passed_from_other_files(facts, argument, site.ctx, site.order, methods))
         merged.wraps.extend(o for o in through.wraps if o not in merged.wraps)
         merged.plain = merged.plain or through.plain
         merged.opaque = merged.opaque or through.opaque
@@ -400,23 +401,43 @@ def origins_with_callers(facts: ModuleFacts, expr: Optional[cst.BaseExpression],
     return merged
 
 
-def _passed_from_other_files(facts: ModuleFacts, expr, ctx, order: int) -> list:
-    """``expr`` reads a parameter, as passed, of a top-level function of this file: what
-    calls of that function in other project files pass for it (``ProjectView.passed``).
+def _passed_from_other_files(facts: ModuleFacts, expr, ctx, order: int, through=frozenset()) -> list:
+    """``expr`` reads a parameter, as passed, of a top-level function of this file, or of a
+    method of a top-level class: what calls of that function (of that method on an
+    instance of the class or of a subclass, in another file) in other project files pass
+    for it (``ProjectView.passed``).
     Also ``self.<attr>`` in a method of a top-level class whose ``__init__`` stores a
     parameter there (``self.model = model``): what other files pass to the class
     (``GRPOEngine(model, ref_model, optimizer)`` in the launcher)."""
     project = facts.project
-    if project is not None and isinstance(expr, cst.Attribute) and ctx.class_def is not None:
+    if project is None:
+        return []
+    if isinstance(expr, cst.Attribute) and ctx.class_def is not None:
         return _passed_to_constructor(facts, expr, ctx, order)
-    if project is None or not isinstance(expr, cst.Name) or ctx.class_def is not None:
-        return []
-    info = function_info(facts, ctx.function)
-    if info is None or info.parent is not None or expr.value not in info.param_names:
-        return []
+    if not isinstance(expr, cst.Name):
+        # ``state["model"]`` where ``state = {"model": model, ...}``: the parameters it reads
+        found = sources(facts, expr, ctx, order)
+        return [w for name, where in found.open_params for w in _passed_to_param(facts, name, where, through)]
     if lookup(facts, expr.value, ctx, order).param != expr.value:
         return []  # rebound in the function first
-    return project.passed(ctx.function.name.value, tuple(info.param_names), expr.value)
+    return _passed_to_param(facts, expr.value, ctx, through)
+
+
+def _passed_to_param(facts: ModuleFacts, name: str, ctx, through=frozenset()) -> list:
+    """What other files pass for the parameter ``name`` of ``ctx``'s function (``through``:
+    ``ProjectView.passed``)."""
+    info = function_info(facts, ctx.function) if ctx.function is not None else None
+    if info is None or info.parent is not None or name not in info.param_names:
+        return []
+    if info.class_def is None:
+        return facts.project.passed(info.name, tuple(info.param_names), name)
+    # a method of a top-level class, called on an instance in another file
+    # (``passed_arguments``: ``trainer.fit(model=fsdp_model)``)
+    class_def = info.class_def
+    if facts.classes.get(class_def.name.value) is not class_def or info.name.startswith("__") \
+            or info.node.decorators or name == info.param_names[0]:
+        return []
+    return facts.project.passed(f"{class_def.name.value}.{info.name}", tuple(info.param_names[1:]), name, through)
 
 
 def _passed_to_constructor(facts: ModuleFacts, expr: cst.Attribute, ctx, order: int) -> list:

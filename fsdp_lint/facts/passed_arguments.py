@@ -1,5 +1,7 @@
 """What a file passes to the functions of other project files: per call of an imported
-project function (or class), what its own facts say about each argument.
+project function (or class, or a method called on an instance of an imported project class
+or of a subclass of this file: ``trainer.fit(model=m)``), what its own facts say about each
+argument.
 
 Real projects wrap the model in the entry script and hand it to a training loop, a clipping
 or a checkpoint helper of another module (``train(model, optimizer, loader)`` from
@@ -27,10 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from fsdp_lint.lazy_libcst import cst
+
+from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.fsdp_modules import origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.ranks import one_rank_branch, set_on_one_rank
+from fsdp_lint.facts.scopes import methods_of
 
 
 # ``ProjectView.gate_kinds``' key for what other files may pass to this file's functions
@@ -57,6 +63,9 @@ def passed_arguments(facts: ModuleFacts, row, in_project=lambda spec: True) -> L
     records = []
     for site in facts.calls:
         spec = facts.imports.project_spec(dotted_name(site.node.func))
+        method, overrides = None, ()
+        if spec is None:
+            spec, method, overrides = _project_method(facts, site)
         if spec is None or not in_project(spec):
             continue
         args: Dict[str, dict] = {}
@@ -72,8 +81,59 @@ def passed_arguments(facts: ModuleFacts, row, in_project=lambda spec: True) -> L
             if arg.keyword is None:
                 position += 1
             args[key] = _argument(facts, arg.value, site)
-        records.append({"spec": spec, "line": row(site.node), "open": open_, "args": args})
+        record = {"spec": spec, "line": row(site.node), "open": open_, "args": args}
+        if method is not None:
+            record["method"] = method
+            if overrides:
+                record["overrides"] = list(overrides)
+        records.append(record)
     return records
+
+
+def _project_method(facts: ModuleFacts, site) -> Tuple[Optional[str], Optional[str], Tuple[str, ...]]:
+    """(the project class, the method, the methods the instance's own class overrides) a
+    call ``obj.method(...)`` reaches: ``obj`` holds, on every path the file shows, an
+    instance of a class imported from the project, or of a class of this file deriving
+    from one that does not define ``method`` itself (``trainer = FSDPTrainer(...)``,
+    ``class FSDPTrainer(Trainer)``, ``trainer.fit(model=m)`` runs ``Trainer.fit``; a
+    ``self.train_loop(...)`` in it runs ``FSDPTrainer``'s own when it defines one: the
+    overrides).  (None, None, ()) otherwise."""
+    func = site.node.func
+    nothing = (None, None, ())
+    if not isinstance(func, cst.Attribute) or dotted_name(func.value) in (None, "self"):
+        return nothing
+    found = sources(facts, func.value, site.ctx, site.order)
+    if not found.complete or not found.found:
+        return nothing
+    classes = set()
+    for source in found.found:
+        call = source.expr
+        if not isinstance(call, cst.Call):
+            return nothing
+        found_class = _project_class(facts, call.func, func.attr.value)
+        if found_class is None:
+            return nothing
+        classes.add(found_class)
+    if len(classes) != 1:
+        return nothing
+    spec, overrides = classes.pop()
+    return spec, func.attr.value, overrides
+
+
+def _project_class(facts: ModuleFacts, func, method: str, depth: int = 0) -> Optional[Tuple[str, Tuple[str, ...]]]:
+    name = dotted_name(func)
+    spec = facts.imports.project_spec(name)
+    if spec is not None:
+        return spec, ()
+    local = facts.classes.get(name or "")
+    if local is None or depth > 2 or methods_of(facts, local, method) or len(local.bases) != 1:
+        return None
+    base = _project_class(facts, local.bases[0].value, method, depth + 1)
+    if base is None:
+        return None
+    own = {info.name for infos in facts.functions.values() for info in infos
+           if info.class_def is local and info.parent is None}
+    return base[0], tuple(sorted(set(base[1]) | own))
 
 
 def _argument(facts: ModuleFacts, expr, site) -> dict:

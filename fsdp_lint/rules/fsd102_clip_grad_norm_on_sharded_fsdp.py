@@ -36,7 +36,10 @@ shards) where `m` is wrapped in this file by FSDP1 `FSDP(...)` with a sharded st
 for a parameter of a function of this file, through a call of that function in this file,
 as in a `train(model, ...)` helper, or, for a top-level function of a project module,
 through the calls other files of the project make of it: `train(model, ...)` in the entry
-script that wraps `model`, with the strategy that file shows, though not on a branch that
+script that wraps `model`, with the strategy that file shows; for a method of a project
+class, the calls other files make on an instance of it or of a subclass that does not
+override the methods the model went through, `trainer.fit(model=fsdp_model)` reaching the
+clip in `Trainer.train_loop` through `self.train_loop(...)` in `fit`; in each case not on a branch that
 runs only when the program is not distributed, such as the `else` of `if cfg.enable_fsdp:`),
 or `m` is a parameter annotated with torch's FSDP class (`def __init__(self, wrapped_model:
 FSDP)`, then `self.wrapped_model.parameters()`). The strategies it may have are read where
@@ -83,8 +86,8 @@ model.clip_grad_norm_(1.0)
 
 ## Known problems
 - The rule stays quiet unless an FSDP1 construction of this file (or, for a parameter, of a
-  project file that calls the function, or builds the class whose `__init__` stores it in
-  `self.model`) or an FSDP annotation reaches the call. In a project without
+  project file that calls the function or the method on an instance, or builds the class
+  whose `__init__` stores it in `self.model`) or an FSDP annotation reaches the call. In a project without
   `pyproject.toml` or `.git` the other files are not read. A model it cannot follow (a
   parameter of a function no call of the project passes a wrapped model to and that is not
   annotated as FSDP, an attribute set elsewhere, a value returned by a call the file cannot
