@@ -57,7 +57,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dtensors import GATHERS as _DTENSOR_GATHERS
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
-from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP
+from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP, WITH_FSDP_METHODS
 from fsdp_lint.facts.helper_summary import Helper, kinds_of
 from fsdp_lint.facts.helpers import summaries
 from fsdp_lint.facts.index import index_module
@@ -86,7 +86,7 @@ _SUMMARY_CALLS = frozenset(
     | DIST_COLLECTIVES | FSDP_OPTIM_STATE | {q.rsplit(".", 1)[-1] for q in LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS}
     | set().union(*ALWAYS.values(), *WITH_FSDP.values())
 )
-_WITH_FSDP_ONLY = frozenset().union(*WITH_FSDP.values()) - frozenset().union(*ALWAYS.values()) - DIST_COLLECTIVES
+_WITH_FSDP_ONLY = WITH_FSDP_METHODS - frozenset().union(*ALWAYS.values()) - DIST_COLLECTIVES
 # a framework's own collectives (``fabric.load``, ``accelerator.wait_for_everyone``) count, as
 # those named like ``torch.distributed``'s do, only in a file naming a framework
 # (``frameworks.framework_collective`` reads the receiver: ``json.load`` is none)

@@ -142,8 +142,6 @@ def _loop_names(target):
 def _from_fsdp2(facts, expr, site, depth=0) -> bool:
     """``m.parameters()`` / ``m.named_parameters()`` (or a comprehension or list over it,
     or a local name bound to one) where ``m`` is sharded by ``fully_shard`` in scope."""
-
-
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
             and expr.func.attr.value in ("parameters", "named_parameters"):
         return sharded_here_or_passed(facts, expr.func.value, site.ctx, site.order)
@@ -158,7 +156,6 @@ def _from_fsdp2(facts, expr, site, depth=0) -> bool:
         if latest is not None and (latest.ctx.function is site.ctx.function or "." in name):
             return _from_fsdp2(facts, latest.value, site, depth + 1)
     return False
-
 
 
 def bound_source(facts, site, name, named, sources):

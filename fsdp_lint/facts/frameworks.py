@@ -71,6 +71,7 @@ WITH_FSDP = {
     # only where FSDP shows (not every DeepSpeed or DDP script)
     "lightning_trainer": frozenset({"save_checkpoint"}),
 }
+WITH_FSDP_METHODS = frozenset().union(*WITH_FSDP.values())
 _FRAMEWORK_BY_NAME = {"accelerator": "accelerator", "fabric": "fabric"}
 
 # the class a hook overrides -> its methods the trainer calls once per training step (or
@@ -173,16 +174,12 @@ def collective_method_needs() -> Dict[str, "re.Pattern[str]"]:
     ...: a rule finds those by ``FABRIC_CALL_TEXT``/``FABRIC_METHOD_TEXT``), each with the
     text filter that holds in every file where a call of it can be one every rank must
     make: ``SHOWS_FSDP_TEXT`` for those that gather only under FSDP (``HF_TRAINER_FSDP_TEXT``
-    for a transformers Trainer's own), ``ACCELERATOR_TEXT`` for accelerate's collectives."""
+    for one only a transformers Trainer has), ``ACCELERATOR_TEXT`` for accelerate's collectives."""
     needs = dict.fromkeys(ALWAYS["accelerator"], ACCELERATOR_TEXT)
-    for framework, methods in WITH_FSDP.items():
-        for method in methods:
-            only_hf = all(method not in WITH_FSDP[other] for other in WITH_FSDP if other != "hf_trainer")
-            needs[method] = HF_TRAINER_FSDP_TEXT if framework == "hf_trainer" and only_hf else SHOWS_FSDP_TEXT
+    for method in WITH_FSDP_METHODS:
+        owners = [framework for framework, methods in WITH_FSDP.items() if method in methods]
+        needs[method] = HF_TRAINER_FSDP_TEXT if owners == ["hf_trainer"] else SHOWS_FSDP_TEXT
     return needs
-
-
-WITH_FSDP_METHODS = frozenset().union(*WITH_FSDP.values())
 
 
 def framework_of(facts: ModuleFacts, receiver: cst.BaseExpression, site: CallSite) -> Optional[str]:

@@ -120,9 +120,11 @@ computing the statistic from the local shards plus one scalar `torch.distributed
             if found is None:
                 continue
             where, calls = found
-            rows = [str(report.row(call.node)) for call in calls]
-            through = (f" (through the call{'s' if len(rows) > 1 else ''} at line{'s' if len(rows) > 1 else ''} "
-                       f"{', '.join(rows)})" if rows else "")
+            rows = ", ".join(str(report.row(call.node)) for call in calls)
+            if len(calls) > 1:
+                through = f" (through the calls at lines {rows})"
+            else:
+                through = f" (through the call at line {rows})" if calls else ""
             what = "the root module's own parameters" if summon.value("recurse") is False else "all parameters"
             if isinstance(where, StepHook):
                 runs = (f"in `{where.node.name.value}` (line {report.row(where.node)}), a hook of "
