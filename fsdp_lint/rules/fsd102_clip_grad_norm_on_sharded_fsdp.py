@@ -148,7 +148,8 @@ A list or filter of the parameters gets no fix: `m.clip_grad_norm_` clips all of
             elif passed:
                 where = f"passed sharded by {passed[0].place}"
             else:
-                where = f"`{declared[0].name.value}: FSDP`, line {report.row(declared[0])}"
+                annotation = facts.module.code_for_node(declared[0].annotation.annotation)
+                where = f"`{declared[0].name.value}: {annotation}`, line {report.row(declared[0])}"
             fix = None
             extra = set(bound) - {"parameters", "max_norm", "norm_type"}
             if not opaque and not extra and "max_norm" in bound and not subset:
