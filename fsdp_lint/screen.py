@@ -172,6 +172,8 @@ class Summary:
         self.returns: Dict[str, List[Tuple[ast.expr, int]]] = {}  # function name -> (returned value, frame)
         self.defaults: Dict[int, List[Tuple[str, ast.expr, int]]] = {}  # frame -> (parameter, default, frame)
         self.calls_by_name: Dict[str, List[ast.Call]] = {}  # callee's last name -> calls
+        # frame of a class's ``__init__`` -> the class's name (its callers call the class)
+        self.init_classes: Dict[int, str] = {}
         self.call_frames: Dict[int, int] = {}  # id(call) -> its frame
         self.assigned_to: Dict[int, Set[str]] = {}  # id(call) -> names bound to its value
         self.annotated: Dict[str, List[ast.expr]] = {}
@@ -270,6 +272,9 @@ class Summary:
                 continue
             if kind is ast.ClassDef:
                 identifiers.add(node.name)
+                for child in node.body:
+                    if type(child) in (ast.FunctionDef, ast.AsyncFunctionDef) and child.name == "__init__":
+                        self.init_classes[id(child)] = node.name
                 _block(node.body, 0, (), push)  # a class body: ``ctx.function`` is None, no guards
                 for child in (*node.decorator_list, *node.bases, *node.keywords):
                     push((child, key, (), guards))
@@ -695,13 +700,15 @@ class _Flow:
             if head in frame.params:
                 if head != chain:
                     return []
+                # an ``__init__`` is called as its class (``facts.callers``)
+                callee = summary.init_classes.get(key) if frame.name == "__init__" else frame.name
                 if not entered:
                     if not self.callers:
                         return []
-                    if frame.name == "__init__" or PASSED in summary.project:
+                    if callee is None or PASSED in summary.project:
                         return [(_ANY_VALUE, 0, False)]
                 found = [(value, k, True) for name, value, k in summary.defaults.get(key, ()) if name == chain]
-                for call in summary.calls_by_name.get(frame.name, ()):
+                for call in summary.calls_by_name.get(callee, ()):
                     k = summary.call_frames[id(call)]
                     found.extend((arg, k, True) for arg in call.args)
                     found.extend((kw.value, k, True) for kw in call.keywords)
