@@ -55,7 +55,8 @@ from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBR
 from fsdp_lint.facts.dataflow import RETURNS_SELF
 from fsdp_lint.facts.fsdp_modules import cpu_device_text
 from fsdp_lint.facts.frameworks import (
-    ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN, LIGHTNING_TRAINER, WITH_FSDP, plugin_keeps_orig_params, turns_fsdp_on,
+    ACCELERATOR, ALWAYS, FABRIC, FSDP_PLUGIN, LIGHTNING_TRAINER, WITH_FSDP, names_fsdp_mode, plugin_keeps_orig_params,
+    turns_fsdp_on,
 )
 from fsdp_lint.facts.optimizers import OPTIMIZER_NAME, optimizer_like_name
 from fsdp_lint.facts.optimizers import OPTIMIZER_FACTORY_METHODS
@@ -182,6 +183,7 @@ class Summary:
         # lines of dict displays with an "fsdp"/"fsdp_config"/"fsdp_plugin"/"strategy" key
         # (``frameworks._dict_turns_fsdp_on``: a dict passed as ``**args``)
         self.fsdp_dict_lines: Set[int] = set()
+        self.fsdp_attributes: List[ast.Attribute] = []  # ``X.FSDP``
         self.call_values: Dict[str, List[ast.Call]] = {}  # dotted name -> calls whose value it is bound to
         self._qualnames: Dict[str, Set[str]] = {}
         self._callees: Dict[int, Set[str]] = {}
@@ -220,6 +222,8 @@ class Summary:
                 continue
             if kind is ast.Attribute:
                 (soft if type(holders) is _Soft else identifiers).add(node.attr)
+                if node.attr == "FSDP":
+                    self.fsdp_attributes.append(node)  # ``frameworks.names_fsdp_mode``
                 push((node.value, key, holders, guards))
                 continue
             if kind is ast.Constant:
@@ -1378,11 +1382,13 @@ def evidence_lines(summary: Summary) -> Set[int]:
     module), every name annotated as FSDP, every offload and state-dict configuration
     (``offload.cpu_param_evidence``), a framework's FSDP plugin or strategy, and its FSDP
     switch (``frameworks.shows_fsdp``: ``fsdp_plugin=``, ``fsdp_config=``,
-    ``strategy="fsdp"``, ``fsdp="full_shard"``)."""
+    ``strategy="fsdp"``, ``fsdp="full_shard"``, accelerate's ``DistributedType.FSDP``)."""
     found = {call.lineno for _, call, _, _ in summary.wraps()}
     for name, hints in summary.annotated.items():
         found.update(h.lineno for h in hints if not summary.qualnames(h).isdisjoint(torch_api.FSDP_CLASS))
     found.update(summary.fsdp_dict_lines)
+    found.update(node.lineno for node in summary.fsdp_attributes
+                 if any(names_fsdp_mode(q) for q in summary.qualnames(node)))
     for frame in summary.frames.values():
         for call in frame.calls:
             names = summary.callee(call)

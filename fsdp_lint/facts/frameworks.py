@@ -51,6 +51,7 @@ from fsdp_lint.facts.dataflow import dict_entries, item_writes, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.values import keyword_args, literal_string
+from fsdp_lint.facts.walk import descendants
 
 ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 FABRIC = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric", "lightning.fabric.fabric.Fabric"})
@@ -235,6 +236,10 @@ def launched_fsdp_only(facts: ModuleFacts) -> Optional[str]:
 
 
 def _file_shows_fsdp(facts: ModuleFacts) -> bool:
+    return facts.cached("file_configures_fsdp", _file_configures_fsdp) or _tests_fsdp_mode(facts)
+
+
+def _file_configures_fsdp(facts: ModuleFacts) -> bool:
     if facts.imports.imports_from(torch_api.FSDP_PACKAGE):
         return True
     for site in facts.calls:
@@ -248,6 +253,21 @@ def _file_shows_fsdp(facts: ModuleFacts) -> bool:
             if arg.star == "**" and _dict_turns_fsdp_on(facts, site, arg.value):
                 return True
     return _fields_turn_fsdp_on(facts)
+
+
+def names_fsdp_mode(qualname: str) -> bool:
+    """accelerate's ``DistributedType.FSDP`` (``accelerate.utils.dataclasses``): the value
+    ``accelerator.distributed_type`` holds when the launch turns FSDP on.  A file that
+    names it, most often comparing the run with it (``if accelerator.distributed_type ==
+    DistributedType.FSDP:``, ``... not in [DistributedType.FSDP, DistributedType.DEEPSPEED]``),
+    is written to run under FSDP, whose switch is then in the launch configuration.  The ``ast`` gate reads
+    the same definition (``screen.evidence_lines``)."""
+    return qualname.startswith("accelerate.") and qualname.endswith(".DistributedType.FSDP")
+
+
+def _tests_fsdp_mode(facts: ModuleFacts) -> bool:
+    return any(isinstance(node, cst.Attribute) and node.attr.value == "FSDP"
+               and names_fsdp_mode(facts.qualname(node) or "") for node in descendants(facts.module))
 
 
 def _fields_turn_fsdp_on(facts: ModuleFacts) -> bool:
@@ -321,8 +341,8 @@ def shows_fsdp(facts: ModuleFacts) -> bool:
     ``strategy="fsdp..."``, a transformers ``fsdp=`` argument (``fsdp_config=`` alone turns
     nothing on: ``_turns_fsdp_on``; also in a
     dict display or ``dict(...)`` passed as ``**args``, or the default of the ``fsdp`` field
-    of a ``TrainingArguments`` subclass); or the
-    project launches it with FSDP (``facts.launch``: an accelerate config, ``--fsdp``)."""
+    of a ``TrainingArguments`` subclass), a reference to accelerate's
+    ``DistributedType.FSDP`` (``names_fsdp_mode``); or the project launches it with FSDP (``facts.launch``: an accelerate config, ``--fsdp``)."""
     return facts.cached("shows_fsdp", _shows_fsdp)
 
 
@@ -341,8 +361,13 @@ def framework_collective(facts: ModuleFacts, site: CallSite) -> Optional[str]:
     if method in ALWAYS.get(framework, frozenset()) or (
         method in WITH_FSDP.get(framework, frozenset()) and shows_fsdp(facts)
     ):
-        where = launched_fsdp_only(facts) if method not in ALWAYS.get(framework, frozenset()) else None
-        turned_on = f"; FSDP is turned on by {where}" if where else ""
+        turned_on = ""
+        if method not in ALWAYS.get(framework, frozenset()):
+            where = launched_fsdp_only(facts)
+            if where:
+                turned_on = f"; FSDP is turned on by {where}"
+            elif not facts.cached("file_configures_fsdp", _file_configures_fsdp):
+                turned_on = " under FSDP, which this file expects: it names `DistributedType.FSDP`"
         return f"`{facts.module.code_for_node(func)}` (every rank must call it{turned_on})"
     return None
 

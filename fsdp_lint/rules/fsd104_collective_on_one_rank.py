@@ -115,9 +115,11 @@ Collectives:
   reported);
 - accelerate (1.15.0): `wait_for_everyone`, `gather`, `gather_for_metrics`, `reduce`,
   `pad_across_processes` always; `get_state_dict`, `save_model`, `save_state`, `load_state`
-  when the file configures FSDP or the project launches it with FSDP (an accelerate config
-  with `distributed_type: FSDP`, `--use_fsdp`; see the README: they gather only under FSDP
-  or ZeRO-3);
+  when the file configures FSDP, names the FSDP mode it is written for
+  (`if accelerator.distributed_type == DistributedType.FSDP:`, where the switch is in a
+  launch configuration the linter does not see) or the project launches it with FSDP (an
+  accelerate config with `distributed_type: FSDP`, `--use_fsdp`; see the README: they
+  gather only under FSDP or ZeRO-3);
 - Lightning (2.6.6): `fabric.save`, `fabric.load`, `fabric.barrier` (each ends in a barrier
   in every multi-process strategy); the Trainer's `trainer.save_checkpoint` (a full state
   dict under FSDP, then a barrier) when the file configures FSDP (`strategy="fsdp"`,
