@@ -10,7 +10,7 @@ import libcst as cst
 import pytest
 
 from fsdp_lint.facts.index import index_module
-from fsdp_lint.facts.processes import single_process_branch
+from fsdp_lint.facts.processes import single_process_branch, true_when_distributed
 from fsdp_lint.facts.ranks import restricted_to_some_ranks
 from fsdp_lint.facts.scopes import lookup, runs_before, runs_in
 
@@ -161,6 +161,24 @@ def test_a_binding_of_the_method_on_every_path_hides_the_other_methods():
 )
 def test_single_process_branches(test, branch):
     assert single_process_branch(cst.parse_expression(test)) == branch
+
+
+@pytest.mark.parametrize(
+    "value,holds",
+    [
+        ("dist.get_world_size() > 1", True),
+        ('"RANK" in os.environ', True),
+        ("dist.is_available() and dist.is_initialized()", True),
+        ("world_size != 1", True),
+        ("dist.get_world_size() == 1", False),
+        ("not dist.is_initialized()", False),
+        ("args.offload", False),
+        ("use_ddp", False),  # DDP's flag: the run FSDP shards may be its other side
+        ("rank == 0", False),
+    ],
+)
+def test_values_true_in_every_distributed_run(value, holds):
+    assert true_when_distributed(cst.parse_expression(value)) is holds
 
 
 @pytest.mark.parametrize(

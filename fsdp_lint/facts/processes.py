@@ -95,6 +95,13 @@ def _distributed_test(test: cst.BaseExpression) -> Optional[bool]:
     return None
 
 
+def true_when_distributed(expr: cst.BaseExpression) -> bool:
+    """``expr`` is a "launched distributed?" test that holds in every distributed run
+    (``get_world_size() > 1``, ``dist.is_initialized()``, ``"RANK" in os.environ``): its
+    value in the run FSDP shards is True."""
+    return _distributed_test(expr) is True and _ddp_flag_side(expr) is None
+
+
 _LAUNCHER_RANK = re.compile(r"^_*(local_|global_)?rank$", re.I)
 
 

@@ -20,6 +20,7 @@ from fsdp_lint.facts.offload import OffloadEvidence, params_on_cpu
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
 from fsdp_lint.facts.param_writes import param_edits
+from fsdp_lint.facts.processes import true_when_distributed
 from fsdp_lint.facts.read_only_blocks import block_may_edit, may_edit_calls
 from fsdp_lint.facts.walk import descendants
 from fsdp_lint.facts.values import UNKNOWN, bind_arguments, first_positional, literal_bool
@@ -33,6 +34,9 @@ class SummonCall:
     # arguments read from ``**kwargs`` dicts (``gather_kw = dict(rank0_only=True)``): known
     # values, but a fix must not add a keyword the dict may also pass
     from_dicts: Dict[str, cst.BaseExpression] = field(default_factory=dict)
+    # arguments whose every value the file shows is a "launched distributed?" test
+    # (``offload = get_world_size() > 1``): True in the run FSDP shards, each with that test
+    when_distributed: Dict[str, cst.BaseExpression] = field(default_factory=dict)
 
     @property
     def fixable(self) -> bool:
@@ -62,10 +66,11 @@ class SummonCall:
         return params_on_cpu(facts, self.module_expr, self.site.ctx, self.site.order)
 
     def value(self, name: str):
-        """True/False when the argument is literal or absent (its default), UNKNOWN otherwise."""
+        """True/False when the argument is literal or absent (its default), or a test that
+        holds in every distributed run (``when_distributed``); UNKNOWN otherwise."""
         arg = self.args.get(name)
         if arg is not None:
-            return literal_bool(arg.value)
+            return True if name in self.when_distributed else literal_bool(arg.value)
         if name in self.from_dicts:
             return literal_bool(self.from_dicts[name])
         return UNKNOWN if self.opaque else torch_api.SUMMON_DEFAULTS[name]
@@ -124,8 +129,21 @@ def _compute(facts: ModuleFacts) -> List[SummonCall]:
             from_dicts = {}
             if opaque:
                 from_dicts, opaque = _expand_dicts(facts, site)
-            summons.append(SummonCall(site, bound, opaque, from_dicts))
+            summons.append(SummonCall(site, bound, opaque, from_dicts, _when_distributed(facts, site, bound)))
     return summons
+
+
+def _when_distributed(facts: ModuleFacts, site: CallSite, bound: Dict[str, cst.Arg]) -> Dict[str, cst.BaseExpression]:
+    """The non-literal arguments every value of which the file shows, each a test true in
+    every distributed run (``processes.true_when_distributed``), with one such value."""
+    found = {}
+    for name, arg in bound.items():
+        if name == "module" or literal_bool(arg.value) is not UNKNOWN:
+            continue
+        values = sources(facts, arg.value, site.ctx, site.order)
+        if values.complete and values.found and all(true_when_distributed(v.expr) for v in values.found):
+            found[name] = values.found[0].expr
+    return found
 
 
 def _expand_dicts(facts: ModuleFacts, site: CallSite):

@@ -26,7 +26,9 @@ class SummonOffloadToCpuWithoutRank0Only(Rule):
 Checks for torch FSDP `summon_full_params(..., offload_to_cpu=True)` calls that leave
 `rank0_only` at its default or pass a literal `False` (also through a `**kwargs` dict). A
 non-literal `rank0_only` (a variable, a test parameter) is an explicit choice and is not
-flagged.
+flagged. An `offload_to_cpu` whose every value the file shows is a "launched distributed?"
+test (`offload_to_cpu = get_world_size() > 1`, `dist.is_initialized()`) counts as `True`:
+it is true in every multi-rank run, the only run where the copies add up.
 
 ## Why is this bad?
 Every rank then copies the whole unsharded model into host memory; ranks on one host share
@@ -59,7 +61,8 @@ with FSDP.summon_full_params(model, offload_to_cpu=True, rank0_only=True, writeb
 
 ## Known problems
 - The rule reads only the call's arguments: a `rank0_only` or `offload_to_cpu` that is not a
-  literal (a variable, an unreadable `**kwargs`) is an explicit choice and is not flagged.
+  literal (a variable, an unreadable `**kwargs`) is an explicit choice and is not flagged,
+  unless it is a "launched distributed?" test (above).
 - It does not know the model's size, the host's memory or whether every rank needs the full
   weights: any `offload_to_cpu=True` without `rank0_only=True` is flagged. Where every rank
   does need them and the host holds world-size copies, add `# noqa: FSD006`.
@@ -89,9 +92,12 @@ changes what code there computes. There is no fix where the block may edit param
             fixable = summon.fixable and writeback is not UNKNOWN and not summon.block_may_edit(facts) \
                 and not any(e.kind == CPU_DEVICE and e.certain for e in summon.params_on_cpu(facts))
             new = set_arguments(summon.node, summon.args, values) if fixable else None
+            test = summon.when_distributed.get("offload_to_cpu")
+            offload = "`offload_to_cpu=True`" if test is None else (
+                f"`offload_to_cpu` true in every multi-rank run (`{facts.module.code_for_node(test)}`)")
             report(
                 summon.node,
-                "`offload_to_cpu=True` without `rank0_only=True`: every rank copies the full model into "
+                f"{offload} without `rank0_only=True`: every rank copies the full model into "
                 "host memory (PyTorch warns: risks CPU OOM); if only rank 0 uses the full weights, pass "
                 "`rank0_only=True, writeback=False`",
                 (FixProposal(UNSAFE, "Pass `rank0_only=True` (and `writeback=False`)", summon.node, new) if fixable else None),
