@@ -184,6 +184,7 @@ class Summary:
         # (``frameworks._dict_turns_fsdp_on``: a dict passed as ``**args``)
         self.fsdp_dict_lines: Set[int] = set()
         self.fsdp_attributes: List[ast.Attribute] = []  # ``X.FSDP``
+        self.formatted: List[ast.FormattedValue] = []  # f-string fields with a format spec
         self.call_values: Dict[str, List[ast.Call]] = {}  # dotted name -> calls whose value it is bound to
         self._qualnames: Dict[str, Set[str]] = {}
         self._callees: Dict[int, Set[str]] = {}
@@ -253,6 +254,8 @@ class Summary:
                     push((arg, key, inner, guards))
                 push((func, key, holders, guards))
                 continue
+            if kind is ast.FormattedValue and node.format_spec is not None and node.conversion == -1:
+                self.formatted.append(node)  # ``Rule.gate_formats``
             if kind is ast.Expr and type(node.value) is ast.Call:
                 self.bare.add(id(node.value))
             if kind is ast.Dict and any(
@@ -1170,13 +1173,15 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
     may have, a dotted one by its qualified name; only those that may be torch's with
     ``gate_torch_only``, only statements of their own with ``gate_bare``) or of a helper
     doing one of ``gate_helper_kinds``, that may pass one of the declared arguments, whose
-    receiver is what ``gate_receiver`` asks and whose function does one of ``gate_anchors``;
+    receiver is what ``gate_receiver`` asks and whose function does one of ``gate_anchors``,
+    and with ``gate_formats`` the f-string fields with a format spec;
     or, with no calls declared, the file's wraps.  None for a rule that declares nothing (it is
     always kept)."""
     facts, calls = tuple(rule.gate_facts), frozenset(rule.gate_calls)
     helper_kinds = frozenset(rule.gate_helper_kinds)
     qualified = frozenset(c for c in calls if "." in c)
     arguments, names, bare = dict(rule.gate_arguments), frozenset(rule.gate_names), rule.gate_bare
+    formats = rule.gate_formats
     receiver = rule.gate_receiver
     if receiver not in _RECEIVERS:
         raise ValueError(f"{rule.code}: unknown gate receiver {receiver!r} (known: {sorted(_RECEIVERS)})")
@@ -1210,6 +1215,8 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
                 not arguments or any(_passes(s, call, name, index) for name, index in arguments.items())
             ) and _RECEIVERS[receiver](s, call) and (not anchors or _anchored(s, call, anchors)):
                 yield call
+        if formats:
+            yield from s.formatted
 
     return screen_of
 

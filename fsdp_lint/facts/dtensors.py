@@ -10,7 +10,8 @@ collectives fact counts ``.full_tensor()``/``.redistribute()`` on them (a collec
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+import string
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -36,6 +37,13 @@ GATHERS = frozenset({"full_tensor", "redistribute"})
 # reads of a tensor's value that give this rank's local part of a sharded DTensor
 LOCAL_READS = frozenset({"item", "tolist", "to_local", "numpy"})
 BUILTIN_LOCAL_READS = frozenset({"float", "int"})
+# reads that format a value with a format spec: ``f"{norm:.4f}"``, ``format(norm, ".4f")``,
+# ``"{:.4f}".format(norm)``.  ``Tensor.__format__`` formats a 0-dim tensor through ``.item()``
+# only when its type is exactly ``Tensor``; a DTensor goes to ``object.__format__``, which
+# refuses any spec: ``TypeError: unsupported format string passed to DTensor.__format__``
+# (torch/_tensor.py, ``Tensor.__format__``; measured on torch 2.13.0)
+FORMAT_READ = "formatting"
+
 # methods every DTensor has (so code on the branch of ``if not hasattr(norm, "item"):``
 # never holds one: ``conditions.tested_without``)
 DTENSOR_METHODS = LOCAL_READS | GATHERS | PASS_THROUGH
@@ -166,3 +174,90 @@ def bound_source(facts, site, name, named, sources):
     if latest not in named.get(name, ()):
         return None
     return sources[id(latest.value)]
+
+
+def formatted_values(facts: ModuleFacts) -> Iterator[Tuple[CallSite, cst.BaseExpression, str]]:
+    """(the call, a value it formats with a non-empty spec, the read as written: ``{:.4f}``,
+    ``format(..., ".4f")``): a field
+    of an f-string among the call's arguments (``logger.info(f"{norm:.4f}")``, no ``!r``/``!s``
+    conversion) or bound to a name (the binding stands for the call), ``format(value, spec)``, and a field of a literal's ``.format(...)``
+    (``"{:.4f}".format(norm)``, ``"{n:.2f}".format(n=norm)``).  A spec that is itself an
+    f-string field counts (it is never empty where a read is meant)."""
+    for site in facts.calls:
+        node = site.node
+        func = node.func
+        if isinstance(func, cst.Name) and func.value == "format" and facts.qualname(func) is None \
+                and len(node.args) == 2 and not any(a.keyword or a.star for a in node.args):
+            spec = node.args[1].value
+            if not (isinstance(spec, cst.SimpleString) and spec.evaluated_value == ""):
+                yield site, node.args[0].value, f"format(..., {facts.module.code_for_node(spec)})"
+            continue
+        if isinstance(func, cst.Attribute) and func.attr.value == "format" \
+                and isinstance(func.value, (cst.SimpleString, cst.ConcatenatedString)):
+            yield from _format_method_fields(site, func.value, node)
+            continue
+        for arg in node.args:
+            for field in _fstring_fields(arg.value):
+                yield site, field.expression, _field(facts, field)
+    for binding in facts.bindings:  # ``line = f"... {norm:.4f}"``: where the binding stands
+        if binding.kind == "assign":
+            for field in _fstring_fields(binding.value):
+                where = CallSite(binding.value, binding.ctx, binding.order)
+                yield where, field.expression, _field(facts, field)
+
+
+def _field(facts: ModuleFacts, field: cst.FormattedStringExpression) -> str:
+    return "{:" + "".join(facts.module.code_for_node(p) for p in field.format_spec) + "}"
+
+
+def _fstring_fields(expr) -> Iterator[cst.FormattedStringExpression]:
+    """The fields with a format spec of the f-strings in ``expr`` (not inside a call of
+    its own: that call is a site of its own)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            continue
+        if isinstance(node, cst.FormattedString):
+            for part in node.parts:
+                if isinstance(part, cst.FormattedStringExpression) and part.format_spec and part.conversion is None:
+                    yield part
+            continue
+        if isinstance(node, (cst.ConcatenatedString, cst.BinaryOperation)):
+            stack.extend((node.left, node.right))
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            stack.extend(e.value for e in node.elements)
+
+
+def _format_method_fields(site: CallSite, literal, node: cst.Call) -> Iterator[Tuple[CallSite, cst.BaseExpression, str]]:
+    text = literal.evaluated_value if isinstance(literal, cst.SimpleString) else None
+    if isinstance(literal, cst.ConcatenatedString):
+        parts = [literal.left, literal.right]
+        if all(isinstance(p, cst.SimpleString) for p in parts):
+            text = "".join(p.evaluated_value for p in parts)
+    if not isinstance(text, str):
+        return
+    positional = [a.value for a in node.args if a.keyword is None and not a.star]
+    if any(a.star for a in node.args):
+        return
+    keywords = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+    auto = 0
+    try:
+        fields = list(string.Formatter().parse(text))
+    except ValueError:
+        return
+    for _, field, spec, conversion in fields:
+        if field is None:
+            continue
+        if field == "":
+            index: object = auto
+            auto += 1
+        elif field.isdigit():
+            index = int(field)
+        elif field.isidentifier():
+            index = field
+        else:
+            continue  # ``{0.attr}``, ``{x[0]}``: a part of the argument
+        value = positional[index] if isinstance(index, int) and index < len(positional) else keywords.get(index)
+        if value is not None and spec and conversion is None:
+            yield site, value, f"{{:{spec}}}"

@@ -135,6 +135,8 @@ class Rule:
     # ``gate_torch_only``: those calls must be torch's own (as far as the gate can tell:
     # ``summon_full_params`` on an FSDP1 name), not a same-named method of another library;
     # ``gate_bare``: such a call standing alone as a statement (its value unused);
+    # ``gate_formats``: or a field of an f-string with a format spec and no conversion
+    # (``f"{norm:.4f}"``: a value formatted without a call);
     # ``gate_arguments``: parameters of that call one of which every finding needs passed
     # (name -> its index among the call's positional arguments as written: by keyword, by
     # position, or in a ``**`` dict where the file names it); ``gate_names``: identifiers
@@ -155,6 +157,7 @@ class Rule:
     gate_calls: ClassVar[FrozenSet[str]] = frozenset()
     gate_torch_only: ClassVar[bool] = False
     gate_bare: ClassVar[bool] = False
+    gate_formats: ClassVar[bool] = False
     gate_arguments: ClassVar[Dict[str, int]] = {}
     gate_names: ClassVar[FrozenSet[str]] = frozenset()
     gate_receiver: ClassVar[str] = ""

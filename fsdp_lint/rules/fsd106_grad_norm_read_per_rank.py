@@ -6,7 +6,8 @@ from __future__ import annotations
 from fsdp_lint.diagnostics import UNSAFE
 from fsdp_lint.facts.conditions import tested_without
 from fsdp_lint.facts.dtensors import (
-    BUILTIN_LOCAL_READS, DTENSOR_METHODS, GATHERS, LOCAL_READS, PASS_THROUGH, bound_source, norm_sources,
+    BUILTIN_LOCAL_READS, DTENSOR_METHODS, GATHERS, LOCAL_READS, PASS_THROUGH, bound_source, formatted_values,
+    norm_sources,
 )
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.ranks import mentions_rank, restricted_to_some_ranks
@@ -25,10 +26,25 @@ def _maybe_on_some_ranks(facts, site) -> bool:
     return restricted_to_some_ranks(facts, site.ctx) or mentions_rank(site.ctx.statement)
 
 
+def _reads(facts):
+    """(the call, the node a finding stands on, the value read, the read as written) for
+    each read of a tensor's value into a plain one (``LOCAL_READS``, ``float(...)``) and each
+    formatting of a value with a spec (``dtensors.formatted_values``: the node is the value)."""
+    for site in facts.calls:
+        node = site.node
+        if site.attr in LOCAL_READS and isinstance(node.func, cst.Attribute):
+            yield site, node, node.func.value, f".{site.attr}()"
+        elif facts.qualname(node.func) is None and dotted_name(node.func) in BUILTIN_LOCAL_READS and len(node.args) == 1:
+            yield site, node, node.args[0].value, f"{dotted_name(node.func)}(...)"
+    for site, value, read in formatted_values(facts):
+        yield site, value, value, read
+
+
 class GradNormReadPerRank(Rule):
     code = "FSD106"
     name = "grad-norm-read-per-rank"
-    summary = "a gradient norm of an FSDP2 model read with `.item()` / `float()` / `.tolist()` without `.full_tensor()`"
+    summary = ("a gradient norm of an FSDP2 model read with `.item()` / `float()` / `.tolist()` or formatted with a spec, "
+               "without `.full_tensor()`")
     fix_availability = FIX_SOMETIMES
     # clip_grad_norm_/get_total_norm come back Replicate() from torch 2.11 (measured on 2.11
     # and 2.13): .item(), float(), int() and .to_local() then read the global norm
@@ -37,12 +53,14 @@ class GradNormReadPerRank(Rule):
     markers = (
         ("clip_grad_norm_", "get_total_norm", "norm", "vector_norm"),
         ("fully_shard",),
-        (".item(", "float(", ".tolist(", ".to_local(", ".numpy(", "int("),
+        # the reads; ``{`` for a format spec in an f-string or a ``.format`` literal
+        (".item(", "float(", ".tolist(", ".to_local(", ".numpy(", "int(", "{", "format("),
     )
     # a read of a norm of an FSDP2 module's gradients; the norm it reads may be bound far
     # from it, so the read alone does not seed a slice (no ``gate_sites``)
     gate_facts = ("fsdp2_passed",)
-    gate_calls = LOCAL_READS | BUILTIN_LOCAL_READS
+    gate_calls = LOCAL_READS | BUILTIN_LOCAL_READS | {"format"}
+    gate_formats = True
     doc = """\
 ## What it does
 Checks for a gradient norm computed from the DTensor gradients of a model sharded with
@@ -51,7 +69,9 @@ that runs `fully_shard` on its parameter, torchtitan's `apply_fsdp(model)`) and 
 a plain value on each rank without `.full_tensor()`:
 - the total norm returned by `torch.nn.utils.clip_grad_norm_(m.parameters(), ...)` or
   `torch.nn.utils.get_total_norm(...)`, read with `.item()`, `float(...)`, `int(...)`,
-  `.tolist()`, `.to_local()` or `.numpy()` (also after `.detach()`, `.mean()`, `.cpu()`);
+  `.tolist()`, `.to_local()` or `.numpy()` (also after `.detach()`, `.mean()`, `.cpu()`),
+  or formatted with a format spec (`f"{grad_norm:.4f}"` in a call's arguments,
+  `format(grad_norm, ".4f")`, `"{:.4f}".format(grad_norm)`);
 - a per-parameter norm, `p.grad.norm()`, `torch.linalg.vector_norm(p.grad)`,
   `torch.norm(p.grad)`, in a loop over `m.parameters()` / `m.named_parameters()`, read
   the same way.
@@ -79,6 +99,12 @@ Which reads misbehave depends on torch:
   `target-torch-version` is 2.11 or later: with no target set it reports, since code that
   logs the norm runs on the torch its users install and `.full_tensor()` is right on all
   of them. `.tolist()` and the per-parameter norms report on every version.
+- a format spec fails on every version: `Tensor.__format__` formats a 0-dim tensor through
+  `.item()` only when its type is exactly `Tensor` (torch/_tensor.py); a DTensor goes to
+  `object.__format__`, which refuses any spec. CPU/gloo, torch 2.13.0, 2 ranks:
+  `f"{grad_norm:.4f}"` on the `Replicate()` total norm raises `TypeError: unsupported
+  format string passed to DTensor.__format__` on every rank (`f"{grad_norm}"`, with no
+  spec, prints the DTensor's repr and is not flagged).
 The clipping itself is correct: the clip coefficient is computed in DTensor arithmetic.
 
 ## Example
@@ -119,6 +145,9 @@ logger.info(f"grad_norm: {grad_norm.full_tensor().item():.4f}")
   `if not hasattr(norm, "full_tensor"):`) is not flagged: no DTensor reaches it.
 - A read under any `if` that may restrict it to some ranks gets no fix: `.full_tensor()` is a
   collective.
+- An f-string is read where a call takes it as an argument (`print(...)`, `logger.info(...)`,
+  `pbar.set_description(...)`) or where it is bound to a name (`msg = f"{norm:.4f}"`); one
+  inside a container or returned is not.
 
 ## Fix safety
 The fix inserts `.full_tensor()` before the read and is unsafe: `.full_tensor()` is a
@@ -144,16 +173,7 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
         if not sources:
             return
 
-        for site in facts.calls:
-            node = site.node
-            if site.attr in LOCAL_READS and isinstance(node.func, cst.Attribute):
-                inner = node.func.value
-                read = f".{site.attr}()"
-            elif facts.qualname(node.func) is None and dotted_name(node.func) in BUILTIN_LOCAL_READS and len(node.args) == 1:
-                inner = node.args[0].value
-                read = f"{dotted_name(node.func)}(...)"
-            else:
-                continue
+        for site, node, inner, read in _reads(facts):
             base = inner
             gathered = False
             while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) \
@@ -183,7 +203,9 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
                 else:
                     new_base = cst.Call(func=cst.Attribute(value=base, attr=cst.Name("full_tensor")))
                     fix = FixProposal(UNSAFE, "Insert `.full_tensor()` before the read", base, new_base)
-            if read == ".tolist()":
+            if node is inner:  # a format spec
+                when = "raises TypeError (`unsupported format string passed to DTensor.__format__`) on every torch"
+            elif read == ".tolist()":
                 when = "raises RuntimeError on a DTensor (torch 2.13) or reads this rank's local norm (torch <= 2.9)"
             elif what.startswith("the total norm"):
                 when = "reads this rank's local norm on torch <= 2.9 (a _NormPartial DTensor)"
@@ -194,9 +216,10 @@ becomes `.full_tensor()` (the full tensor is a plain tensor).
                           "collective: called under it, the other ranks never join), then read that under the test")
             else:
                 advice = "call `.full_tensor()` first"
+            effect = "the job stops at the log line" if node is inner else "the logged norm differs across ranks"
             report(
                 node,
-                f"{what} is a DTensor; `{read}` {when}: the logged norm differs across ranks; {advice}",
+                f"{what} is a DTensor; `{read}` {when}: {effect}; {advice}",
                 fix,
                 statement=site.ctx.statement,
             )

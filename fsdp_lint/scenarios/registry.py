@@ -403,12 +403,21 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
             r"mat1 and mat2 shapes cannot be multiplied",
         ),
     ),
-    "FSD106": Scenario(
-        program="fsd106_grad_norm_read_per_rank.py",
-        min_ranks=2,
-        ranks_why="one rank holds the whole gradient: its local norm is the global one",
-        hazard="the ranks read different gradient norms (a local shard's norm instead of the global one)",
-        unsafe_fix=True,
+    "FSD106": (
+        Scenario(
+            program="fsd106_grad_norm_read_per_rank.py",
+            min_ranks=2,
+            ranks_why="one rank holds the whole gradient: its local norm is the global one",
+            hazard="the ranks read different gradient norms (a local shard's norm instead of the global one)",
+            unsafe_fix=True,
+        ),
+        Scenario(
+            program="fsd106_grad_norm_formatted.py",
+            form="format",
+            hazard="formatting the DTensor norm with a spec raises TypeError at the log line",
+            errors=(r"unsupported format string passed to DTensor\.__format__",),
+            unsafe_fix=True,
+        ),
     ),
     "FSD107": Scenario(
         program="fsd107_cast_after_wrap.py",
