@@ -613,10 +613,10 @@ class Summary:
         return found
 
     def flow(self, key: str, leaf: Callable[[ast.AST], bool], callers: bool = False,
-             guarded: bool = False) -> "_Flow":
+             guarded: bool = False, tests: bool = False) -> "_Flow":
         found = self._cache.get(key)
         if found is None:
-            found = self._cache[key] = _Flow(self, leaf, callers, guarded)
+            found = self._cache[key] = _Flow(self, leaf, callers, guarded, tests)
         return found
 
 
@@ -628,9 +628,12 @@ class _Flow:
     of a function for its parameters, every node inside an expression)."""
 
     def __init__(self, summary: Summary, leaf: Callable[[ast.AST], bool], callers: bool = False,
-                 guarded: bool = False) -> None:
+                 guarded: bool = False, tests: bool = False) -> None:
         self.summary = summary
         self.leaf = leaf
+        # ``facts.ranks``: a rank test is read where a test can decide (``_read_test``), not
+        # in every node of a value (``x[rank]`` is a value of every rank, not a rank test)
+        self.tests = tests
         # ``ranks.set_on_one_rank``: a binding's value also depends on the tests guarding the
         # binding (``if is_main: model = ...``, then ``if model is not None:``)
         self.guarded = guarded
@@ -652,6 +655,9 @@ class _Flow:
             return hit
         if expr is _ANY_VALUE:
             return True, set(), set()
+        if self.tests:
+            hit = self.info[id(expr)] = self._read_test(expr)
+            return hit
         leaf = self.leaf
         found = False
         chains: Set[str] = set()
@@ -688,6 +694,60 @@ class _Flow:
             stack.extend((child, True) for child in ast.iter_child_nodes(node))
         hit = self.info[id(expr)] = (found, chains, callees)
         return hit
+
+    def _read_test(self, expr: ast.AST) -> Tuple[bool, Set[str], Set[str]]:
+        """``_read`` of a value as ``ranks.one_rank_branch`` reads a test: through ``and``/
+        ``or``/``not``, both sides of a comparison, both arms (and the test) of a
+        conditional expression, the items of a display (``sources`` reads an entry of a
+        dict or tuple), an index; a call by its name (a rank call, a main-process flag: the
+        leaf) and its ``return`` (``_returns_rank_test``), into its arguments only for
+        ``int(...)`` and an environment read (``int(os.environ.get("RANK", 0))``).  Never into
+        the arguments of any other call, arithmetic or a comprehension: the rank facts
+        read none of those as a test."""
+        leaf = self.leaf
+        found = False
+        chains: Set[str] = set()
+        callees: Set[str] = set()
+        stack: List[ast.AST] = [expr]
+        while stack:
+            node = stack.pop()
+            if not found and leaf(node):
+                found = True
+            kind = type(node)
+            if kind is ast.Name:
+                chains.add(node.id)
+            elif kind is ast.Attribute:
+                dotted = _dotted(node)
+                if dotted is not None:
+                    chains.add(dotted)
+            elif kind is ast.BoolOp:
+                stack.extend(node.values)
+            elif kind is ast.UnaryOp:
+                stack.append(node.operand)
+            elif kind is ast.Compare:
+                stack.append(node.left)
+                stack.extend(node.comparators)
+            elif kind is ast.IfExp:
+                stack.extend((node.test, node.body, node.orelse))
+            elif kind in (ast.Tuple, ast.List, ast.Set):
+                stack.extend(node.elts)
+            elif kind is ast.Dict:
+                stack.extend(v for v in node.values if v is not None)
+            elif kind in (ast.Subscript, ast.Starred, ast.NamedExpr, ast.Await):
+                stack.append(node.value)
+                if kind is ast.Subscript:
+                    stack.append(node.slice)
+            elif kind is ast.Call:
+                func = node.func
+                if not found and leaf(func):
+                    found = True
+                if type(func) is ast.Name:
+                    callees.add(func.id)
+                elif type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self":
+                    callees.add(func.attr)
+                if _last(func) in _TEST_ARGUMENT_CALLS:
+                    stack.extend(node.args)
+        return found, chains, callees
 
     def _lookup(self, chain: str, key: int, entered: bool) -> List[Tuple[ast.AST, int, bool]]:
         """``scopes.lookup`` read widely: in a function, its own bindings of the name if
@@ -774,6 +834,10 @@ class _Flow:
             known[node] = node in reached
         return any(known[(id(e), key, entered)] for e in exprs)
 
+
+# calls whose arguments a rank test reads (``ranks._is_rank_value``: ``int(rank)``;
+# ``processes.environment_read``: ``os.environ.get("RANK")``, ``os.getenv("LOCAL_RANK")``)
+_TEST_ARGUMENT_CALLS = frozenset({"int", "get", "getenv"})
 
 # what a parameter may hold when callers the file cannot see pass it (``_Flow.callers``)
 _ANY_VALUE = ast.Constant(value=None)
@@ -993,8 +1057,9 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
     def collective(call: ast.Call) -> bool:
         return _collective_here(s, call) or "collective" in s.helper_kinds(call)
 
-    ranks = s.flow("rank", _rank_word, callers=True)
-    made = s.flow("rank_made", _rank_word, callers=True, guarded=True)  # ``ranks.set_on_one_rank``
+    ranks = s.flow("rank", _rank_word, callers=True, tests=True)
+    # ``ranks.set_on_one_rank``: a value bound under a rank test
+    made = s.flow("rank_made", _rank_word, callers=True, guarded=True, tests=True)
     for key, frame in s.frames.items():
         for call in frame.calls:
             guards = s.guards.get(id(call))
