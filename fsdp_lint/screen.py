@@ -613,10 +613,10 @@ class Summary:
         return found
 
     def flow(self, key: str, leaf: Callable[[ast.AST], bool], callers: bool = False,
-             guarded: bool = False, tests: bool = False) -> "_Flow":
+             guarded: bool = False, tests: bool = False, unseen_callers: bool = True) -> "_Flow":
         found = self._cache.get(key)
         if found is None:
-            found = self._cache[key] = _Flow(self, leaf, callers, guarded, tests)
+            found = self._cache[key] = _Flow(self, leaf, callers, guarded, tests, unseen_callers)
         return found
 
 
@@ -628,7 +628,7 @@ class _Flow:
     of a function for its parameters, every node inside an expression)."""
 
     def __init__(self, summary: Summary, leaf: Callable[[ast.AST], bool], callers: bool = False,
-                 guarded: bool = False, tests: bool = False) -> None:
+                 guarded: bool = False, tests: bool = False, unseen_callers: bool = True) -> None:
         self.summary = summary
         self.leaf = leaf
         # ``facts.ranks``: a rank test is read where a test can decide (``_read_test``), not
@@ -642,6 +642,9 @@ class _Flow:
         # another project file imports this one, or for an ``__init__``, whose calls are
         # its class's) any value
         self.callers = callers
+        # False: only the calls of this file (``fsdp_modules.origins_with_callers`` reads no
+        # other file's): a parameter never holds any value
+        self.unseen_callers = unseen_callers
         self.info: Dict[int, Tuple[bool, Set[str], Set[str]]] = {}
         self.known: Dict[Tuple[int, int, bool], bool] = {}  # (id(expr), frame, entered) -> may reach a leaf
 
@@ -772,7 +775,7 @@ class _Flow:
                 if not entered:
                     if not self.callers:
                         return []
-                    if callee is None or PASSED in summary.project:
+                    if self.unseen_callers and (callee is None or PASSED in summary.project):
                         return [(_ANY_VALUE, 0, False)]
                 found = [(value, k, True) for name, value, k in summary.defaults.get(key, ()) if name == chain]
                 for call in summary.calls_by_name.get(callee, ()):
@@ -1088,16 +1091,41 @@ _BUILTINS = frozenset(dir(builtins))
 
 
 def _may_forward(s: Summary, call: ast.Call) -> bool:
-    """``collectives.forward_gathers``, read wide: in a file that wraps a model with FSDP,
-    the call of any name or attribute that no import binds and that is not a builtin (the
-    module it calls may come to it by any path the value flow follows)."""
+    """``collectives.forward_gathers``, read wide: in a file that wraps a model into nested
+    units, the call of a dotted name that no import binds and that is not a builtin, whose
+    value (or whose receiver's: ``root.module``) may come from a wrap of the file."""
     func = call.func
     if type(func) is ast.Name:
         if func.id in _BUILTINS and func.id not in s.call_values:
             return False
     elif type(func) is not ast.Attribute:
         return False
-    return _nested_units_possible(s) and not s.qualnames(func)
+    if not _nested_units_possible(s) or s.qualnames(func) or _dotted(func) is None:
+        return False
+    # the called module may come from a wrap of this file (``origins_with_callers``: this
+    # file's calls of its function), or be the inner module of one (``root.module``)
+    prefixes = []
+    node = func
+    while type(node) is ast.Attribute:
+        prefixes.append(node)
+        node = node.value
+    prefixes.append(node)
+    return s.flow("wrapped", lambda n: _is_wrapped(s, n), callers=True, unseen_callers=False).may_reach(
+        prefixes, s.call_frames[id(call)])
+
+
+def _is_wrapped(s: Summary, node: ast.AST) -> bool:
+    """A wrap of this file (FSDP1, FSDP2, a project helper's), or a name one binds or
+    shards in place."""
+    found = s._cache.get("wrapped_nodes")
+    if found is None:
+        found = s._cache["wrapped_nodes"] = (
+            {id(call) for _, call, _, _ in s.wraps()}, set().union(*(names for _, _, _, names in s.wraps())))
+    calls, names = found
+    kind = type(node)
+    if kind is ast.Call:
+        return id(node) in calls
+    return (kind is ast.Name or kind is ast.Attribute) and _dotted(node) in names
 
 
 def _nested_units_possible(s: Summary) -> bool:
