@@ -18,13 +18,14 @@ from fsdp_lint.verify.scenario import Scenario, installed_versions, label, spec_
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "fsdp_lint" / "scenarios"
 FORMS = {
+    "FSD007": ("", "generate"),  # a sampling method, through the inner module, in a recursive summon
     "FSD010": ("", "state-dict"),  # plain torch, another call path (below torch 2.1)
     "FSD101": ("", "accelerate", "fabric-fsdp2"),
     "FSD104": ("", "load", "forward", "forward-fsdp2", "accelerate", "fabric", "fabric-fsdp2"),
     "FSD106": ("", "format"),  # the norm formatted with a spec (TypeError) rather than read per rank
     "FSD117": ("", "one-rank"),  # a re-initialisation under a rank test
 }
-TORCH_FORMS = {"state-dict", "load", "forward", "forward-fsdp2", "one-rank", "format"}  # forms through torch's own API: no framework to pin
+TORCH_FORMS = {"state-dict", "load", "forward", "forward-fsdp2", "one-rank", "format", "generate"}  # forms through torch's own API: no framework to pin
 # distribution -> the module a program imports for it
 IMPORTED_AS = {"accelerate": "accelerate", "lightning": "lightning"}
 

@@ -741,6 +741,28 @@ def has_nested_units(facts: ModuleFacts, origin: Origin) -> bool:
     return any(not (isinstance(s.expr, cst.Name) and s.expr.value == "None") for s in policy.sources.found)
 
 
+# strategies whose nested units a forward inside a recursive ``summon_full_params`` leaves
+# out of step with the block (measured: CPU/gloo, torch 2.13.0, 2 ranks, nested units by
+# ``ModuleWrapPolicy``, ``use_orig_params=False``: ``FULL_SHARD`` and ``SHARD_GRAD_OP`` raise
+# ``AssertionError: Expects tensor to be unsharded`` at the block's exit; ``NO_SHARD`` and
+# ``HYBRID_SHARD`` on one host ran clean)
+SUMMON_FORWARD_BREAKS = frozenset({"FULL_SHARD", "SHARD_GRAD_OP"})
+
+
+def nested_forward_breaks_summon(facts: ModuleFacts, origin: Origin) -> bool:
+    """The FSDP1 construction has nested units (``has_nested_units``) with flat parameters
+    (``use_orig_params=False``, the default) and a strategy (one it may have, read) in
+    ``SUMMON_FORWARD_BREAKS``: a forward through its inner module inside a recursive
+    summon (``generate``, which ``FSDP.__getattr__`` hands to the inner model) runs the
+    nested units' own forward on the summoned parameters.  Unknown (a strategy or
+    ``use_orig_params`` the file does not show): False."""
+    if not has_nested_units(facts, origin):
+        return False
+    config = wrap_config(facts, origin)
+    return config.use_orig_params is False and config.sharding is not UNKNOWN \
+        and bool(config.sharding & SUMMON_FORWARD_BREAKS)
+
+
 __all__ = [
     "FsdpWrap", "FsdpModules", "Origin", "Origins", "WrapConfig", "fsdp_modules", "origins", "wrap_config",
     "offload_call", "other_fsdp_imported", "UNKNOWN",

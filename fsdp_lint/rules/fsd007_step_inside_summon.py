@@ -3,16 +3,42 @@
 from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.fsdp_modules import fsdp_modules
+from fsdp_lint.facts.forward_methods import ENTRY_POINTS
+from fsdp_lint.facts.fsdp_modules import fsdp_modules, nested_forward_breaks_summon, origins_with_callers
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.summon import summon_blocks
+from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
+
+
+def _entry_point_summon(facts, site, blocks):
+    """The recursive summon (``recurse`` not ``False``) around ``site`` when ``site`` calls a
+    method that runs the model's forward from inside (``forward_methods.ENTRY_POINTS``:
+    ``generate``) on the summoned module or its inner module, and that module is an FSDP1
+    construction whose nested units such a forward breaks (``nested_forward_breaks_summon``)."""
+    func = site.node.func
+    if site.attr not in ENTRY_POINTS or not isinstance(func, cst.Attribute):
+        return None
+    receiver = dotted_name(func.value)
+    if receiver is None:
+        return None
+    for summon, _ in reversed(blocks):
+        name = summon.module_name
+        if name is None or receiver not in {name, *(f"{name}.{inner}" for inner in torch_api.FSDP1_INNER_MODULE)}:
+            continue
+        if summon.value("recurse") is False:
+            continue
+        found = origins_with_callers(facts, summon.module_expr, summon.site.ctx, summon.site.order)
+        if any(nested_forward_breaks_summon(facts, o) for o in found.fsdp1):
+            return summon
+    return None
 
 
 class StepInsideSummon(Rule):
     code = "FSD007"
     name = "step-inside-summon"
-    summary = "the FSDP model's forward or a `.backward()` runs inside a `summon_full_params` block"
+    summary = ("the FSDP model's forward (also through `generate` on nested units) or a `.backward()` runs inside a "
+               "`summon_full_params` block")
     fix_availability = FIX_NEVER
     markers = (("summon_full_params",),)
     gate_calls = frozenset({torch_api.SUMMON})  # the step stands inside the summon's block
@@ -22,7 +48,11 @@ class StepInsideSummon(Rule):
 ## What it does
 Checks for a forward call of an FSDP-wrapped model (the summoned module, or any name bound
 to an `FSDP(...)` construction) or any `.backward(...)` call inside a torch FSDP
-`summon_full_params` block.
+`summon_full_params` block; and for a method that runs the model's forward from inside
+(`generate`, `encode`, `sample`, ...) called on the summoned module (or its `.module`)
+inside a recursive summon (`recurse` not `False`) when the file shows that module built with
+nested units (an `auto_wrap_policy`), flat parameters (`use_orig_params=False`, the default)
+and a strategy that shards (`FULL_SHARD`, the default, or `SHARD_GRAD_OP`).
 
 ## Why is this bad?
 Inside the block the parameters are unsharded views that FSDP's own forward and backward
@@ -31,6 +61,15 @@ do not expect. Measured on CPU/gloo (torch 2.13.0) and 2 GPUs (torch 2.11):
   but got ...` when the block exits;
 - `use_orig_params=True` with `writeback=True`: no error, and the weights are silently
   changed without any optimizer step.
+
+`model.generate(...)` on an FSDP1 root is the inner model's method (`FSDP.__getattr__`): it
+calls the inner model, whose nested FSDP units then run their own forward on the summoned
+parameters. Measured on CPU/gloo, torch 2.13.0, 2 ranks, units by `ModuleWrapPolicy`,
+`use_orig_params=False`: `AssertionError: Expects tensor to be unsharded with size ... but
+got ...` at the block's exit with `FULL_SHARD` and `SHARD_GRAD_OP`; clean with
+`recurse=False` (TRL's idiom: only the root's own parameters are gathered), with
+`use_orig_params=True`, with a single unit, with `NO_SHARD`, and with `HYBRID_SHARD` on one
+host.
 
 ## Example
 ```python
@@ -62,6 +101,10 @@ with FSDP.summon_full_params(model, writeback=False):
   The model under another name (an alias, a function parameter) is not recognised. Every
   `.backward(...)` inside the block is flagged, whatever tensor it belongs to.
 
+- The sampling-method form needs the model's construction in the file (or in a caller of
+  the function that summons it, in the file): a model handed in from elsewhere, or built
+  with a strategy or `use_orig_params` the file does not show, is not flagged.
+
 ## Fix safety
 No automatic fix: the step has to move out of the block, which changes the program's order.
 
@@ -84,6 +127,16 @@ No automatic fix: the step has to move out of the block, which changes the progr
             elif callee is not None and callee in modules:
                 what = f"the FSDP model's forward (`{callee}(...)`)"
             else:
+                summon = _entry_point_summon(facts, site, blocks)
+                if summon is not None:
+                    report(
+                        site.node,
+                        f"`{callee}(...)` runs the forward of the FSDP model's nested units inside the recursive "
+                        f"`summon_full_params` block at line {report.row(summon.node)}: AssertionError at exit "
+                        "(use_orig_params=False); pass `recurse=False` (the root's own parameters) or call it "
+                        "outside the block",
+                        statement=site.ctx.statement,
+                    )
                 continue
             summon = blocks[-1][0]
             report(

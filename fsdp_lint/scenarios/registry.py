@@ -132,21 +132,35 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         torch_min={"cpu": "2.14.1"},
         torch_why="on CPU-resident parameters offload_to_cpu=True hits pytorch#188989 (FSD003) before 2.14.1",
     ),
-    "FSD007": Scenario(
-        program="fsd007_step_inside_summon.py",
-        fixed_by=((
-            "    with FSDP.summon_full_params(model):\n"
-            "        loss = model(batch).sum()\n"
-            "        loss.backward()\n",
-            "    loss = model(batch).sum()\n"
-            "    loss.backward()\n"
-            "    with FSDP.summon_full_params(model):\n"
-            "        loss = loss + 0 * sum(p.sum() for p in model.parameters())\n",
-        ),),
-        hazard="AssertionError at exit (use_orig_params=False), or weights changed with no optimizer step",
-        errors=(r"AssertionError: Expects tensor to be unsharded",),
-        min_ranks=2,
-        ranks_why=NO_SHARD_AT_ONE_RANK + ": the parameters are never sharded",
+    "FSD007": (
+        Scenario(
+            program="fsd007_step_inside_summon.py",
+            fixed_by=((
+                "    with FSDP.summon_full_params(model):\n"
+                "        loss = model(batch).sum()\n"
+                "        loss.backward()\n",
+                "    loss = model(batch).sum()\n"
+                "    loss.backward()\n"
+                "    with FSDP.summon_full_params(model):\n"
+                "        loss = loss + 0 * sum(p.sum() for p in model.parameters())\n",
+            ),),
+            hazard="AssertionError at exit (use_orig_params=False), or weights changed with no optimizer step",
+            errors=(r"AssertionError: Expects tensor to be unsharded",),
+            min_ranks=2,
+            ranks_why=NO_SHARD_AT_ONE_RANK + ": the parameters are never sharded",
+        ),
+        Scenario(
+            program="fsd007_generate_inside_summon.py",
+            form="generate",
+            fixed_by=((
+                "FSDP.summon_full_params(model, writeback=False):",
+                "FSDP.summon_full_params(model, writeback=False, recurse=False):",
+            ),),
+            hazard="AssertionError at the summon's exit: the nested units' forward ran on the summoned parameters",
+            errors=(r"AssertionError: Expects tensor to be unsharded",),
+            min_ranks=2,
+            ranks_why=NO_SHARD_AT_ONE_RANK + ": the parameters are never sharded",
+        ),
     ),
     "FSD008": Scenario(
         program="fsd008_summon_in_forward.py",
