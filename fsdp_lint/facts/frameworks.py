@@ -339,10 +339,10 @@ def shows_fsdp(facts: ModuleFacts) -> bool:
     """The file configures FSDP for its framework: a torch FSDP import, an accelerate
     ``FullyShardedDataParallelPlugin``/``fsdp_plugin=``, a Lightning ``FSDPStrategy`` or
     ``strategy="fsdp..."``, a transformers ``fsdp=`` argument (``fsdp_config=`` alone turns
-    nothing on: ``_turns_fsdp_on``; also in a
-    dict display or ``dict(...)`` passed as ``**args``, or the default of the ``fsdp`` field
-    of a ``TrainingArguments`` subclass), a reference to accelerate's
-    ``DistributedType.FSDP`` (``names_fsdp_mode``); or the project launches it with FSDP (``facts.launch``: an accelerate config, ``--fsdp``)."""
+    nothing on: ``_turns_fsdp_on``; also in a dict display or ``dict(...)`` passed as
+    ``**args``, or the default of the ``fsdp`` field of a ``TrainingArguments`` subclass), a
+    reference to accelerate's ``DistributedType.FSDP`` (``names_fsdp_mode``); or the project
+    launches it with FSDP (``facts.launch``: an accelerate config, ``--fsdp``)."""
     return facts.cached("shows_fsdp", _shows_fsdp)
 
 
