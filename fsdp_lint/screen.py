@@ -1246,6 +1246,8 @@ _ANCHORS: Dict[str, Callable[[Summary, int, ast.Call], bool]] = {
     # ``frameworks.launched_trainer_runs``: an HF Trainer's ``train()`` under the same launch
     "launched_trainer": lambda s, key, c: s.launched and _last(c.func) == "train" and (
         s.imports_from("transformers") or s.imports_from("trl")),
+    # ``collectives.every_rank_collective`` (read wide: any group, any guard)
+    "collective": lambda s, key, c: not s.qualnames(c.func).isdisjoint(_DIST),
 }
 
 

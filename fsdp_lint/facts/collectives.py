@@ -335,6 +335,17 @@ def in_fsdp_program(facts: ModuleFacts) -> bool:
     return uses_fsdp(facts) or bool(summon_ids(facts))
 
 
+_DEFAULT_GROUP_COLLECTIVES = frozenset(f"torch.distributed.{name}" for name in DIST_COLLECTIVES)
+
+
+def every_rank_collective(facts: ModuleFacts, site: CallSite) -> bool:
+    """``site`` is a ``torch.distributed`` collective on the default group (``dist.barrier()``,
+    ``dist.all_reduce(t)``, no ``group=``): every rank of the job must make it, so code that
+    makes it runs on every rank (where it does not hang)."""
+    qualname = facts.qualname(site.node.func) or ""
+    return qualname in _DEFAULT_GROUP_COLLECTIVES and not on_subgroup(of_cst(site.node), qualname.rsplit(".", 1)[-1])
+
+
 def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]:
     node = site.node
     func = node.func
@@ -383,12 +394,7 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
         if _not_sharded_here(facts, _model_arg(node), site):
             return None
         return Collective(f"`{site.attr}` (a collective)")
-    if (
-        qualname.startswith("torch.distributed.")
-        and qualname.rsplit(".", 1)[-1] in DIST_COLLECTIVES
-        and qualname.count(".") == 2
-        and in_fsdp_program(facts)
-    ):
+    if qualname in _DEFAULT_GROUP_COLLECTIVES and in_fsdp_program(facts):
         name = qualname.rsplit(".", 1)[-1]
         if on_subgroup(of_cst(node), name):
             return None  # only the group's members take part

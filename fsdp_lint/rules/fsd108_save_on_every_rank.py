@@ -7,11 +7,12 @@ from fsdp_lint.facts.flow import exclusive
 from fsdp_lint.facts.frameworks import launched_prepares, launched_trainer_runs
 from fsdp_lint.facts.fsdp_modules import fsdp_modules, names_a_model
 from fsdp_lint.facts.helper_summary import argument
-from fsdp_lint.facts.dataflow import calls_of
+from fsdp_lint.facts.dataflow import calls_of, sources
 from fsdp_lint.facts.helpers import helper_at, summaries
 from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.collectives import every_rank_collective
 from fsdp_lint.facts.ranks import mentions_rank, on_every_rank_but_one, per_rank_path, restricted_to_some_ranks
-from fsdp_lint.facts.values import bind_arguments, literal_bool
+from fsdp_lint.facts.values import bind_arguments, literal_bool, literal_string
 from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -32,7 +33,8 @@ class SaveOnEveryRank(Rule):
     gate_facts = ("fsdp_program",)
     gate_calls = torch_api.TORCH_SAVE | torch_api.SAFETENSORS_SAVE | {"save_pretrained"}
     gate_helper_kinds = frozenset({"saves"})
-    gate_anchors = ("process_group", "fsdp_api", "fsdp_wrap", "launched_prepare", "launched_trainer")  # ``check``'s
+    gate_anchors = ("process_group", "fsdp_api", "fsdp_wrap", "launched_prepare", "launched_trainer",
+                    "collective")  # ``check``'s
     gate_sites = True  # the save is the finding
     doc = """\
 ## What it does
@@ -49,7 +51,13 @@ a temporary file or folder the process made (`tempfile.NamedTemporaryFile().name
 
 To stay precise the rule looks only at saves in the function that sets up the distributed
 run (the one that calls `init_process_group`, `FSDP(...)` or `fully_shard(...)`, or module
-level code that does, or shards through a helper): a save inside a helper such as
+level code that does, or shards through a helper), or in a function that makes a collective
+every rank must join on the save's path (`dist.barrier()`, `dist.all_reduce(t)` on the
+default group, under no rank test: every rank runs that function, or the job hangs there
+first; for `torch.save` and safetensors to a file name written in that function, as in
+`os.path.join(path, "client_state.pt")`, not to one its caller passes, and not
+`save_pretrained`, which may itself gather, as a tensor-parallel model's does): a save
+inside a helper such as
 `save_checkpoint(model, path)` may be called under a rank test elsewhere, so the helper's
 *call* is what is checked there. A helper of this file or of another file of the project
 (found through the imports) that saves with `torch.save`/safetensors on every call (no rank
@@ -144,23 +152,34 @@ distributed checkpoint depends on what the state holds.
         # when one of these can run on its path (not in a branch exclusive with it, such as
         # the ``else`` of ``if isinstance(model, FSDP)``)
         anchors: dict = {}
+        plain_anchors: dict = {}
         for site in facts.calls:
             qualname = facts.qualname(site.node.func)
             if qualname in torch_api.INIT_PROCESS_GROUP or qualname in torch_api.FULLY_SHARD or torch_api.is_fsdp_api(qualname):
                 anchors.setdefault(id(site.ctx.function), []).append(site.ctx)
+            elif every_rank_collective(facts, site) and not restricted_to_some_ranks(facts, site.ctx):
+                # ``dist.barrier()`` on the default group: every rank runs this function (for
+                # plain writes only: a ``save_pretrained`` there may itself gather, as a
+                # tensor-parallel model's does, and must then stay on every rank)
+                plain_anchors.setdefault(id(site.ctx.function), []).append((site.ctx, site.node))
         for wrap in modules.fsdp2_wraps:  # also a helper that shards, of this file or the project's
             anchors.setdefault(id(wrap.site.ctx.function), []).append(wrap.site.ctx)
         # ``accelerate launch`` with FSDP: ``prepare`` shards, and so does an HF Trainer's ``train()``
         prepares = launched_prepares(facts) + launched_trainer_runs(facts)
         for site in prepares:
             anchors.setdefault(id(site.ctx.function), []).append(site.ctx)
-        if not anchors or not (facts.imports.imports_from(torch_api.FSDP_PACKAGE) or modules.wraps
-                               or modules.fsdp2_wraps or prepares):
+        if not (anchors or plain_anchors) or not (facts.imports.imports_from(torch_api.FSDP_PACKAGE) or modules.wraps
+                                                  or modules.fsdp2_wraps or prepares):
             return
         wrapped = set(modules.fsdp1) | set(modules.fsdp2)
 
         for site in facts.calls:
-            if not any(not exclusive(ctx, site.ctx) for ctx in anchors.get(id(site.ctx.function), ())):
+            key = id(site.ctx.function)
+            anchored = any(not exclusive(ctx, site.ctx) for ctx in anchors.get(key, ()))
+            joined = None  # the collective that shows every rank runs this function
+            if not anchored and site.attr != "save_pretrained":
+                joined = next((node for ctx, node in plain_anchors.get(key, ()) if not exclusive(ctx, site.ctx)), None)
+            if not anchored and joined is None:
                 continue
             qualname = facts.qualname(site.node.func)
             path = None
@@ -194,6 +213,8 @@ distributed checkpoint depends on what the state holds.
                 continue
             if path is not site.node and per_rank_path(facts, site, path):
                 continue
+            if not anchored and not _file_named_here(facts, site, path):
+                continue  # a helper writing the file its caller names: the caller's path decides
             others = on_every_rank_but_one(facts, site.ctx)
             if restricted_to_some_ranks(facts, site.ctx, callers=True) and others is None:
                 continue  # a rank test, a single-process branch, a one-rank decorator (facts.ranks)
@@ -206,6 +227,9 @@ distributed checkpoint depends on what the state holds.
                 continue
             if prepares and not (modules.wraps or modules.fsdp2_wraps) and facts.launch is not None:
                 what += f" (FSDP is turned on by {facts.launch.source})"
+            if joined is not None and not anchored:
+                what += (f" (its function calls `{facts.module.code_for_node(joined.func)}` at line "
+                         f"{report.row(joined)}, which every rank must join)")
             runs = "runs on every rank and every rank writes" if others is None else (
                 f"runs on every rank but one (the other side of the rank test at line {report.row(others)}) and "
                 "those ranks write")
@@ -255,6 +279,23 @@ distributed checkpoint depends on what the state holds.
                     if callee in ("exit", "_exit"):
                         return True
         return False
+
+
+def _file_named_here(facts, site, path, depth: int = 0) -> bool:
+    """The file name the save writes is written in its function: the whole path, the last
+    argument of ``os.path.join``, or the right side of a ``/`` is a string (or f-string),
+    also through the names it is bound to there; not a parameter its caller passes."""
+    if isinstance(path, cst.Call) and (dotted_name(path.func) or "").endswith("path.join") and path.args:
+        path = path.args[-1].value
+    elif isinstance(path, cst.BinaryOperation) and isinstance(path.operator, cst.Divide):
+        path = path.right
+    if literal_string(path) is not None or isinstance(path, cst.FormattedString):
+        return True
+    if depth >= 3 or dotted_name(path) is None:
+        return False
+    found = sources(facts, path, site.ctx, site.order)
+    return found.complete and bool(found.found) and all(
+        s.expr is not path and _file_named_here(facts, site, s.expr, depth + 1) for s in found.found)
 
 
 def dotted_name_of(expr):
