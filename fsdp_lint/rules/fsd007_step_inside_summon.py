@@ -8,7 +8,9 @@ from fsdp_lint.facts.fsdp_modules import fsdp_modules, nested_forward_breaks_sum
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.summon import summon_blocks
 from fsdp_lint.lazy_libcst import cst
-from fsdp_lint.rules.base import FIX_NEVER, Rule
+from fsdp_lint.diagnostics import UNSAFE
+from fsdp_lint.fixes import set_arguments
+from fsdp_lint.rules.base import FIX_SOMETIMES, FixProposal, Rule
 
 
 def _entry_point_summon(facts, site, blocks):
@@ -39,7 +41,7 @@ class StepInsideSummon(Rule):
     name = "step-inside-summon"
     summary = ("the FSDP model's forward (also through `generate` on nested units) or a `.backward()` runs inside a "
                "`summon_full_params` block")
-    fix_availability = FIX_NEVER
+    fix_availability = FIX_SOMETIMES
     markers = (("summon_full_params",),)
     gate_calls = frozenset({torch_api.SUMMON})  # the step stands inside the summon's block
     gate_torch_only = True
@@ -106,7 +108,12 @@ with FSDP.summon_full_params(model, writeback=False):
   with a strategy or `use_orig_params` the file does not show, is not flagged.
 
 ## Fix safety
-No automatic fix: the step has to move out of the block, which changes the program's order.
+No automatic fix for a forward or a backward: the step has to move out of the block, which
+changes the program's order. For a sampling method (`generate`) the fix passes
+`recurse=False` to the summon (the verifier's fixed program for that form) and is unsafe:
+the block then gathers only the root's own parameters, so code in it that reads the nested
+units' parameters (`model.state_dict()`, `model.named_parameters()`) sees their shards. There
+is no fix where the summon takes `*args`/`**kwargs`.
 
 ## References
 - [FSDP `summon_full_params`](https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.summon_full_params)
@@ -129,12 +136,17 @@ No automatic fix: the step has to move out of the block, which changes the progr
             else:
                 summon = _entry_point_summon(facts, site, blocks)
                 if summon is not None:
+                    fix = None
+                    if summon.fixable:
+                        fix = FixProposal(UNSAFE, "Pass `recurse=False` to the summon", summon.node,
+                                          set_arguments(summon.node, summon.args, {"recurse": "False"}))
                     report(
                         site.node,
                         f"`{callee}(...)` runs the forward of the FSDP model's nested units inside the recursive "
                         f"`summon_full_params` block at line {report.row(summon.node)}: AssertionError at exit "
                         "(use_orig_params=False); pass `recurse=False` (the root's own parameters) or call it "
                         "outside the block",
+                        fix,
                         statement=site.ctx.statement,
                     )
                 continue

@@ -152,10 +152,7 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
         Scenario(
             program="fsd007_generate_inside_summon.py",
             form="generate",
-            fixed_by=((
-                "FSDP.summon_full_params(model, writeback=False):",
-                "FSDP.summon_full_params(model, writeback=False, recurse=False):",
-            ),),
+            unsafe_fix=True,  # the rule's own fix: ``recurse=False``
             hazard="AssertionError at the summon's exit: the nested units' forward ran on the summoned parameters",
             errors=(r"AssertionError: Expects tensor to be unsharded",),
             min_ranks=2,
