@@ -228,6 +228,20 @@ def _gathers(summon: SummonCall, model: Optional[str]) -> bool:
     return name == model or model.startswith(name + ".") or name.startswith(model + ".")
 
 
+def _same_value(facts: ModuleFacts, summon: SummonCall, model: Optional[str], site: CallSite) -> bool:
+    """``model`` at ``site`` and the summoned module may be one object under two names
+    (``raw_model = model`` in the FSDP branch, then ``with FSDP.summon_full_params(model):
+    raw_model.generate(...)``): some construction reaches both (``dataflow.sources``)."""
+    if model is None or summon.module_expr is None:
+        return False
+    held = cst.parse_expression(model)
+    mine = {id(s.expr) for s in sources(facts, held, site.ctx, site.order).found if isinstance(s.expr, cst.Call)}
+    if not mine:
+        return False
+    theirs = sources(facts, summon.module_expr, summon.site.ctx, summon.site.order).found
+    return any(id(s.expr) in mine for s in theirs)
+
+
 def maybe_in_summon(facts: ModuleFacts, site: CallSite, model: Optional[str] = None, depth: int = 0) -> bool:
     """``site`` may run inside a summon: a ``with`` entering one (``summon_blocks``), or one
     the file enters less directly: a name bound to it (``ctx = FSDP.summon_full_params(m);
@@ -237,9 +251,10 @@ def maybe_in_summon(facts: ModuleFacts, site: CallSite, model: Optional[str] = N
     gathered(model):``), or a call of ``site``'s function made inside one (a helper whose
     caller gathers: its body runs where it is called; two levels).  For rules that flag
     code outside a summon: a doubt counts as inside.  With ``model``, a ``with`` block or a
-    caller's block that gathers another named model does not count."""
+    caller's block that gathers another named model does not count, unless some construction
+    reaches both names (an alias: ``_same_value``)."""
     ctx = site.ctx
-    if any(_gathers(summon, model) for summon, _ in summon_blocks(facts, ctx)):
+    if any(_gathers(summon, model) or _same_value(facts, summon, model, site) for summon, _ in summon_blocks(facts, ctx)):
         return True
     summons = summon_calls(facts)
     if not summons:
