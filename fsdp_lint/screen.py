@@ -51,7 +51,9 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.call_shape import of_ast
-from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS, on_subgroup
+from fsdp_lint.facts.collectives import (
+    DEFAULT_GROUP_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS, on_subgroup,
+)
 from fsdp_lint.facts.dataflow import RETURNS_SELF
 from fsdp_lint.facts.fsdp_modules import cpu_device_text
 from fsdp_lint.facts.frameworks import (
@@ -67,7 +69,6 @@ from fsdp_lint.facts.passed_arguments import PASSED
 _WRAPS = torch_api.FSDP_CLASS | torch_api.FULLY_SHARD | torch_api.WRAP_FUNCTION
 _GATHERS = LIBRARY_GATHERS | torch_api.FULL_STATE_DICT_FUNCTIONS
 _OPTIM_STATE = frozenset(f"{c}.{name}" for c in torch_api.FSDP_CLASS for name in FSDP_OPTIM_STATE)
-_DIST = frozenset(f"torch.distributed.{name}" for name in DIST_COLLECTIVES)
 _SAVES = torch_api.TORCH_SAVE | torch_api.SAFETENSORS_SAVE
 _PARTIAL = "functools.partial"
 _PARAMETER_CALLS = frozenset({"parameters", "named_parameters"})
@@ -1049,7 +1050,8 @@ def _collective_here(s: Summary, call: ast.Call) -> bool:
         not names.isdisjoint(_GATHERS)
         or not names.isdisjoint(_OPTIM_STATE)
         # ``collectives.in_fsdp_program``
-        or (not names.isdisjoint(_DIST) and (bool(s.wraps()) or bool(_summons(s))) and not _on_subgroup(call, names))
+        or (not names.isdisjoint(DEFAULT_GROUP_COLLECTIVES) and (bool(s.wraps()) or bool(_summons(s)))
+            and not _on_subgroup(call, names))
     )
 
 
@@ -1155,7 +1157,7 @@ def _nested_units_possible(s: Summary) -> bool:
 def _on_subgroup(call: ast.Call, names: Set[str]) -> bool:
     """``collectives.on_subgroup`` for every name the callee may have."""
     shape = of_ast(call)
-    return all(on_subgroup(shape, name.rsplit(".", 1)[-1]) for name in names & _DIST)
+    return all(on_subgroup(shape, name.rsplit(".", 1)[-1]) for name in names & DEFAULT_GROUP_COLLECTIVES)
 
 
 def _is_fsdp1_wrap(s: Summary, node: ast.AST) -> bool:
@@ -1247,7 +1249,7 @@ _ANCHORS: Dict[str, Callable[[Summary, int, ast.Call], bool]] = {
     "launched_trainer": lambda s, key, c: s.launched and _last(c.func) == "train" and (
         s.imports_from("transformers") or s.imports_from("trl")),
     # ``collectives.every_rank_collective`` (read wide: any group, any guard)
-    "collective": lambda s, key, c: not s.qualnames(c.func).isdisjoint(_DIST),
+    "collective": lambda s, key, c: not s.qualnames(c.func).isdisjoint(DEFAULT_GROUP_COLLECTIVES),
 }
 
 

@@ -335,7 +335,9 @@ def in_fsdp_program(facts: ModuleFacts) -> bool:
     return uses_fsdp(facts) or bool(summon_ids(facts))
 
 
-_DEFAULT_GROUP_COLLECTIVES = frozenset(f"torch.distributed.{name}" for name in DIST_COLLECTIVES)
+# the qualified names of ``DIST_COLLECTIVES`` (``torch.distributed.barrier``): on the default
+# group unless a ``group=`` says otherwise (``on_subgroup``); the ``ast`` gate reads the same set
+DEFAULT_GROUP_COLLECTIVES = frozenset(f"torch.distributed.{name}" for name in DIST_COLLECTIVES)
 
 
 def every_rank_collective(facts: ModuleFacts, site: CallSite) -> bool:
@@ -343,7 +345,7 @@ def every_rank_collective(facts: ModuleFacts, site: CallSite) -> bool:
     ``dist.all_reduce(t)``, no ``group=``): every rank of the job must make it, so code that
     makes it runs on every rank (where it does not hang)."""
     qualname = facts.qualname(site.node.func) or ""
-    return qualname in _DEFAULT_GROUP_COLLECTIVES and not on_subgroup(of_cst(site.node), qualname.rsplit(".", 1)[-1])
+    return qualname in DEFAULT_GROUP_COLLECTIVES and not on_subgroup(of_cst(site.node), qualname.rsplit(".", 1)[-1])
 
 
 def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]:
@@ -394,7 +396,7 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
         if _not_sharded_here(facts, _model_arg(node), site):
             return None
         return Collective(f"`{site.attr}` (a collective)")
-    if qualname in _DEFAULT_GROUP_COLLECTIVES and in_fsdp_program(facts):
+    if qualname in DEFAULT_GROUP_COLLECTIVES and in_fsdp_program(facts):
         name = qualname.rsplit(".", 1)[-1]
         if on_subgroup(of_cst(node), name):
             return None  # only the group's members take part

@@ -37,13 +37,6 @@ GATHERS = frozenset({"full_tensor", "redistribute"})
 # reads of a tensor's value that give this rank's local part of a sharded DTensor
 LOCAL_READS = frozenset({"item", "tolist", "to_local", "numpy"})
 BUILTIN_LOCAL_READS = frozenset({"float", "int"})
-# reads that format a value with a format spec: ``f"{norm:.4f}"``, ``format(norm, ".4f")``,
-# ``"{:.4f}".format(norm)``.  ``Tensor.__format__`` formats a 0-dim tensor through ``.item()``
-# only when its type is exactly ``Tensor``; a DTensor goes to ``object.__format__``, which
-# refuses any spec: ``TypeError: unsupported format string passed to DTensor.__format__``
-# (torch/_tensor.py, ``Tensor.__format__``; measured on torch 2.13.0)
-FORMAT_READ = "formatting"
-
 # methods every DTensor has (so code on the branch of ``if not hasattr(norm, "item"):``
 # never holds one: ``conditions.tested_without``)
 DTENSOR_METHODS = LOCAL_READS | GATHERS | PASS_THROUGH
@@ -178,11 +171,16 @@ def bound_source(facts, site, name, named, sources):
 
 def formatted_values(facts: ModuleFacts) -> Iterator[Tuple[CallSite, cst.BaseExpression, str]]:
     """(the call, a value it formats with a non-empty spec, the read as written: ``{:.4f}``,
-    ``format(..., ".4f")``): a field
-    of an f-string among the call's arguments (``logger.info(f"{norm:.4f}")``, no ``!r``/``!s``
-    conversion) or bound to a name (the binding stands for the call), ``format(value, spec)``, and a field of a literal's ``.format(...)``
-    (``"{:.4f}".format(norm)``, ``"{n:.2f}".format(n=norm)``).  A spec that is itself an
-    f-string field counts (it is never empty where a read is meant)."""
+    ``format(..., ".4f")``): a field of an f-string among the call's arguments
+    (``logger.info(f"{norm:.4f}")``, no ``!r``/``!s`` conversion) or bound to a name (the
+    binding stands for the call), ``format(value, spec)``, and a field of a literal's
+    ``.format(...)`` (``"{:.4f}".format(norm)``, ``"{n:.2f}".format(n=norm)``).  A spec that
+    is itself an f-string field counts (it is never empty where a read is meant).
+
+    ``Tensor.__format__`` formats a 0-dim tensor through ``.item()`` only when its type is
+    exactly ``Tensor``; a DTensor goes to ``object.__format__``, which refuses any spec:
+    ``TypeError: unsupported format string passed to DTensor.__format__`` (torch/_tensor.py;
+    measured on torch 2.13.0)."""
     for site in facts.calls:
         node = site.node
         func = node.func

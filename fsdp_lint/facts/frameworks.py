@@ -266,6 +266,8 @@ def names_fsdp_mode(qualname: str) -> bool:
 
 
 def _tests_fsdp_mode(facts: ModuleFacts) -> bool:
+    if not facts.imports.imports_from("accelerate"):
+        return False  # no name of the file can stand for accelerate's: no walk of the tree
     return any(isinstance(node, cst.Attribute) and node.attr.value == "FSDP"
                and names_fsdp_mode(facts.qualname(node) or "") for node in descendants(facts.module))
 
