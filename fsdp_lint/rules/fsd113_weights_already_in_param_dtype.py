@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import List
+
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, loaded_in, module_casts
@@ -11,7 +13,8 @@ from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.optimizers import may_train_parameters_of
 from fsdp_lint.facts.dataflow import calls_of
 from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, lookup, runs_before
-from fsdp_lint.facts.values import UNKNOWN
+from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.values import UNKNOWN, first_positional, keyword_args
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -38,7 +41,9 @@ cast, and which casts it in place to no other dtype on its way out), on a path t
 helper of this file that shards its parameter (`def shard(model): fully_shard(model, ...)`)
 is checked with what every call of the helper in the file passes. A layer sharded in a loop
 over what is read from the cast model (`for layer in model.model.layers:`, `for block in
-find_blocks(model):`) holds the cast weights too and is reported as well.
+find_blocks(model):`), or a submodule of it sharded by attribute or index
+(`fully_shard(model.transformer.h[i], ...)`), holds the cast weights too and is reported as
+well.
 
 ## Why is this bad?
 FSDP2's mixed precision keeps the sharded parameters in their own dtype and casts to
@@ -97,21 +102,21 @@ No automatic fix: pure low-precision training can be intended (then suppress wit
 
     def check(self, facts, report):
         for wrap in fsdp_modules(facts).fsdp2_wraps:
-            if wrap.through is not None or wrap.wrapped is None:
+            if wrap.through is not None:
                 continue
             dtype = _policy_dtype(facts, wrap)
             if dtype not in LOW_PRECISION:
                 continue
-            module = _module_of(facts, wrap)
+            found = _cast_before(facts, wrap, dtype)
+            if found is None:
+                continue
+            module, (words, node) = found
             if not may_train_parameters_of(facts, module, wrap.site.ctx.function, wrap.site.order):
                 continue  # a frozen reference, teacher or LoRA base model: no update to lose
-            evidence = _cast_before(facts, wrap, dtype)
-            if evidence is None:
-                continue
-            words, node = evidence
+            shown = wrap.wrapped or facts.module.code_for_node(_wrapped_expr(wrap.site.node))
             report(
                 wrap.site.node,
-                f"`{wrap.wrapped}` is already in {dtype} ({words}, line {report.row(node)}) "
+                f"`{shown}` is already in {dtype} ({words}, line {report.row(node)}) "
                 f"and the policy's param_dtype is {dtype}: the mixed-precision policy does nothing, the sharded "
                 "parameters, gradients and optimizer state stay low precision; keep the weights in float32 and let "
                 "`MixedPrecisionPolicy` cast for compute",
@@ -124,12 +129,39 @@ def _policy_dtype(facts: ModuleFacts, wrap):
     return None if policy is UNKNOWN else policy.param_dtype
 
 
-def _module_of(facts: ModuleFacts, wrap) -> str:
-    """The module whose weights the wrapped one holds: ``model`` for ``for layer in
-    model.model.layers: fully_shard(layer, ...)`` or ``for block in find_blocks(model):``
-    (a loop over what is read from one module: a cast of ``model`` cast its layers too),
-    else the wrapped name itself."""
-    name = wrap.wrapped
+def _wrapped_expr(call: cst.Call):
+    """The module expression ``fully_shard`` is given (first positional, or ``module=``)."""
+    arg = first_positional(call)
+    if arg is None:
+        arg = keyword_args(call).get("module")
+    return arg.value if arg is not None else None
+
+
+def _modules_of(facts: ModuleFacts, wrap) -> List[str]:
+    """The modules whose weights the wrapped one holds, the closest first: a cast of any
+    of them cast it.  ``model.transformer.h`` and ``model`` for ``fully_shard(
+    model.transformer.h[i], ...)`` or ``fully_shard(model.transformer.h, ...)`` (a
+    submodule's weights are its parent's), the loop's source for a loop variable
+    (``_module_of``)."""
+    if wrap.wrapped is not None and "." not in wrap.wrapped:
+        return [_module_of(facts, wrap, wrap.wrapped)]
+    expr = _wrapped_expr(wrap.site.node)
+    found: List[str] = []
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        name = dotted_name(expr)
+        if name is not None:
+            found.append(name)
+        expr = expr.value
+    if isinstance(expr, cst.Name):
+        found.append(_module_of(facts, wrap, expr.value))
+    return found
+
+
+def _module_of(facts: ModuleFacts, wrap, name: str) -> str:
+    """The module whose weights ``name`` holds where ``wrap`` shards it: ``model`` for
+    ``for layer in model.model.layers: fully_shard(layer, ...)`` or ``for block in
+    find_blocks(model):`` (a loop over what is read from one module: a cast of ``model``
+    cast its layers too), else ``name`` itself."""
     for loop in reversed(wrap.site.ctx.loops):
         node = loop.node
         if not isinstance(node, cst.For):
@@ -164,7 +196,12 @@ _MAX_CALLERS_DEPTH = 2
 
 
 def _cast_before(facts: ModuleFacts, wrap, dtype):
-    return _in_dtype_at(facts, _module_of(facts, wrap), wrap.site.ctx, wrap.site.order, dtype)
+    """(module, evidence) for the first of ``_modules_of`` in ``dtype`` at the wrap."""
+    for module in _modules_of(facts, wrap):
+        evidence = _in_dtype_at(facts, module, wrap.site.ctx, wrap.site.order, dtype)
+        if evidence is not None:
+            return module, evidence
+    return None
 
 
 def _in_dtype_at(facts: ModuleFacts, name: str, ctx, order: int, dtype, depth: int = 0):
