@@ -56,6 +56,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dtensors import GATHERS as _DTENSOR_GATHERS
+from fsdp_lint.facts.dtypes import returned_in
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
 from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP, WITH_FSDP_METHODS
 from fsdp_lint.facts.helper_summary import Helper, kinds_of
@@ -67,7 +68,7 @@ from fsdp_lint.launch import SKIPPED_DIRS, project_root
 from fsdp_lint.positions import Positions
 from fsdp_lint.source import line_starts
 
-SUMMARY_VERSION = "project-index-9"
+SUMMARY_VERSION = "project-index-10"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
 MEMO_SECONDS = 5.0
@@ -95,6 +96,8 @@ _GATHER_WORDS = re.compile(
     r"summon_full_params|fully_shard|\.state_dict\(\s*\)|torch\.save\s*\(|save_file\s*\(|\.full_tensor\(|"
     r"\.redistribute\(|" + "|".join(sorted(n for n in _SUMMARY_CALLS if n.endswith("state_dict") and n != "state_dict"))
 )
+# a low-precision dtype named (``returned_dtypes_of_text``)
+_LOW_PRECISION_WORDS = re.compile(r"bfloat16|float16|\.half\(")
 _DIST_WORDS = re.compile(r"\b(?:" + "|".join(sorted(DIST_COLLECTIVES)) + r")\s*\(")
 _FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r")\s*\(")
 
@@ -428,6 +431,64 @@ def _import_bindings(text: str) -> Tuple[Tuple[str, str], ...]:
 _FILE_WIDE = re.compile(r"fsdp|fully_shard|FullyShardedDataParallel", re.IGNORECASE)
 
 
+def returned_dtypes_of_text(text: str) -> Dict[str, list]:
+    """A file's top-level functions that return a module made in a known dtype
+    (``facts.dtypes.returned_in``: ``return AutoModel.from_pretrained(name,
+    torch_dtype=torch.bfloat16)``): function name -> [dtype, line].  Read only when a rule
+    asks (``ProjectView.returned_dtype``: FSD113, for a model a project function makes), never
+    by the gate; a file naming no low-precision dtype, or with no function that returns a
+    value and loads or casts with one, is not parsed."""
+    if not _LOW_PRECISION_WORDS.search(text):
+        return {}
+    tree = _ast_of(text)
+    if tree is None:
+        return {}
+    named = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    found = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and _may_return_in_dtype(n, text)}
+    if not found:
+        return {}
+    kept, pending = set(found), list(found)
+    while pending:  # and the top-level functions and classes they name, which ``returned_in`` may follow
+        for node in ast.walk(named[pending.pop()]):
+            if isinstance(node, ast.Name) and node.id in named and node.id not in kept:
+                kept.add(node.id)
+                pending.append(node.id)
+    try:
+        kept_text = _blank_definitions(text, tree, lambda node, body: node.name in kept)
+        module = cst.parse_module(kept_text)
+        facts = index_module(module)
+        positions = Positions(module, line_starts(kept_text))
+        dtypes: Dict[str, list] = {}
+        for name in sorted(found):
+            function = next((n for n in module.body if isinstance(n, cst.FunctionDef) and n.name.value == name), None)
+            returned = returned_in(facts, function) if function is not None else None
+            if returned is not None:
+                dtypes[name] = [returned[0], positions(returned[1]).start.line]
+        return dtypes
+    except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): nothing known, never a finding
+        return {}
+
+
+def _may_return_in_dtype(function: ast.AST, text: str) -> bool:
+    """The function returns a value and may make it in a low-precision dtype: it loads a
+    model with a ``dtype``/``torch_dtype`` keyword (``from_pretrained``, ``from_config``),
+    or casts (``.to``, ``.bfloat16``, ``.half``) and names a low-precision dtype itself."""
+    returns = loads = casts = False
+    for node in ast.walk(function):
+        if isinstance(node, ast.Return) and node.value is not None:
+            returns = True
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("from_pretrained", "from_config") and any(
+                    k.arg in ("dtype", "torch_dtype") for k in node.keywords):
+                loads = True
+            elif node.func.attr in ("to", "bfloat16", "half"):
+                casts = True
+    if not returns:
+        return False
+    return loads or casts and bool(_LOW_PRECISION_WORDS.search(ast.get_source_segment(text, function) or ""))
+
+
 def _load_ties(text: str) -> Dict[str, list]:
     found = json.loads(text)
     if not isinstance(found, dict):
@@ -440,6 +501,8 @@ _PARTS = {
     "summary": (EMPTY, lambda path, text: summarize_text(text, os.path.basename(path) == "__init__.py"),
                 ModuleSummary.from_json, ModuleSummary.to_json),
     "ties": ({}, lambda path, text: class_ties_of_text(text), _load_ties, lambda ties: json.dumps(ties, sort_keys=True)),
+    "dtypes": ({}, lambda path, text: returned_dtypes_of_text(text), _load_ties,
+               lambda dtypes: json.dumps(dtypes, sort_keys=True)),
 }
 
 
@@ -808,7 +871,7 @@ class ProjectIndex:
 
     def _defined(self, importer: str, root: str, spec: str, part: str, depth: int = 0) -> Optional[Tuple[str, object]]:
         """(file, entry) of what ``spec`` names in ``importer`` in the ``part`` of its file's
-        index ("functions" of its summary, or its "ties"), following a package
+        index ("functions" of its summary, its "ties" or "dtypes"), following a package
         ``__init__``'s re-exports."""
         level = len(spec) - len(spec.lstrip("."))
         inner, _, name = spec[level:].rpartition(".")
@@ -818,7 +881,7 @@ class ProjectIndex:
         path = self.module_file(importer, root, module)
         if path is None:
             return None
-        entry = (self.summary(path).functions if part == "functions" else self.ties(path)).get(name)
+        entry = (self.summary(path).functions if part == "functions" else self._part(path, part)).get(name)
         if entry is not None:
             return path, entry
         if depth < MAX_REEXPORT_DEPTH and os.path.basename(path) == "__init__.py":
@@ -835,6 +898,11 @@ class ProjectIndex:
     def class_ties(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, list]]:
         """(file, ties) of the project class ``spec`` names in ``importer`` (``class_ties_of_text``)."""
         return self._defined(importer, root, spec, "ties")
+
+    def returned_dtype(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, list]]:
+        """(file, [dtype, line]) of the project function ``spec`` names in ``importer`` when it
+        returns a module made in that dtype (``returned_dtypes_of_text``)."""
+        return self._defined(importer, root, spec, "dtypes")
 
     def resolved(self, importer: str, root: str, spec: str) -> Tuple[Optional[Helper], Dict[str, Helper]]:
         """(the project function ``spec`` names, the functions of the project module it
@@ -902,6 +970,32 @@ class ProjectView:
             return []
         place = os.path.relpath(found[0], self.root)
         return [(first, second, f"{place}:{line}") for first, second, line in found[1]]
+
+    def returned_dtype(self, spec: str) -> Optional[Tuple[str, str]]:
+        """(dtype, ``file:line`` where it is made) when the project function ``spec`` returns a
+        module made in a known dtype."""
+        found = self.index.returned_dtype(self.path, self.root, spec)
+        if found is None:
+            return None
+        dtype, line = found[1]
+        return dtype, f"{os.path.relpath(found[0], self.root)}:{line}"
+
+    def imported_dtypes(self, text: str) -> List[str]:
+        """What ``returned_dtype`` can answer for ``text``'s imports (a cached result's tag):
+        ``bound=dtype@file:line`` for each imported function (or function of an imported
+        module) that returns a module made in a known dtype."""
+        found = []
+        for bound, spec in _import_bindings(text):
+            if text.count(bound) < 2:
+                continue  # never used
+            answer = self.returned_dtype(spec)
+            if answer is not None:
+                found.append(f"{bound}={answer[0]}@{answer[1]}")
+            path = self.index.module_file(self.path, self.root, spec)
+            if path is not None:
+                relative = os.path.relpath(path, self.root)
+                found += [f"{bound}.{name}={d}@{relative}:{line}" for name, (d, line) in self.index._part(path, "dtypes").items()]
+        return sorted(found)
 
     def imported_modules(self, text: str) -> List[str]:
         """The project files whose summaries ``imported_helpers`` reads first for ``text``: of
@@ -990,13 +1084,15 @@ class ProjectView:
 
     def tag(self, text: str) -> str:
         """What a cached result of this file depends on in other files: the summaries of
-        the helpers it imports, and the contents of the files that import it and may pass
+        the helpers it imports, what its imported functions return (``imported_dtypes``), and the contents of the files that import it and may pass
         it FSDP modules or values made on one rank."""
         helpers = self.imported_helpers(text)
         importers = self._importers_within(self.callers)
-        if not helpers and self.launcher is None and not importers:
+        dtypes = self.imported_dtypes(text)
+        if not helpers and self.launcher is None and not importers and not dtypes:
             return ""
         pieces = sorted(f"{name}={json.dumps(h.to_json(), sort_keys=True)}" for name, h in helpers.items())
+        pieces += [f"dtype:{entry}" for entry in dtypes]
         pieces += [f"importer={importer}|{self.index.digest(importer)}" for importer in importers]
         if self.launcher is not None:
             pieces.append(f"launcher={self.launcher.name}|{self.launcher.source}")

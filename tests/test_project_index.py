@@ -538,3 +538,39 @@ def test_a_method_the_subclass_defines_or_an_unknown_receiver_is_not_recorded():
         """
     )
     assert records == []
+
+
+MODELING = (
+    "import torch\nfrom transformers import AutoModelForCausalLM\n\n\n"
+    "def load_model(name):\n    model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)\n"
+    "    return model\n\n\n"
+    "def load_fp32(name):\n    return AutoModelForCausalLM.from_pretrained(name)\n"
+)
+SHARD_LOADED = (
+    "import torch\nfrom torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard\n\n"
+    "from modeling import load_fp32, load_model\n\n\n"
+    "def build(name):\n    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16)\n"
+    "    model = load_model(name)\n    fully_shard(model, mp_policy=mp)\n"
+    "    other = load_fp32(name)\n    fully_shard(other, mp_policy=mp)\n"
+    "    return torch.optim.AdamW(list(model.parameters()) + list(other.parameters()))\n"
+)
+
+
+def test_a_function_of_another_file_that_returns_a_bf16_model(tmp_path):
+    """``returned_dtypes_of_text``: what a project function's every ``return`` gives, read only
+    for the functions that load or cast with a low-precision dtype; FSD113 reads it for a
+    model such a function makes, and a cached answer goes when the function changes."""
+    from fsdp_lint.project import returned_dtypes_of_text
+
+    assert returned_dtypes_of_text(MODELING) == {"load_model": ["torch.bfloat16", 6]}
+    assert returned_dtypes_of_text(MODELING.replace("torch.bfloat16", "torch.float32")) == {}
+    assert returned_dtypes_of_text(MODELING.replace("    return model\n", "    model.float()\n    return model\n")) == {}
+    root = _project(tmp_path, {"pyproject.toml": "", "train.py": SHARD_LOADED, "modeling.py": MODELING})
+    cache = tmp_path / "cache"
+    first = _cli("--cache-dir", str(cache), "train.py", cwd=root)
+    assert first == [(10, "FSD113")]
+    assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first  # warm
+    (root / "modeling.py").write_text(MODELING.replace("torch.bfloat16", "torch.float32"))
+    assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == []
+    (root / "modeling.py").write_text(MODELING)
+    assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first

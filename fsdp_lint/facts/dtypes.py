@@ -139,9 +139,9 @@ def loaded_in(facts: ModuleFacts, value, ctx: Context, depth: int = 0) -> Option
     from ``from_pretrained(..., torch_dtype=...)`` / ``from_config(...)``, or is cast by
     the call that makes it (``m.to(torch.bfloat16)``, ``m.half()``), through methods that
     keep its dtype (``.to(device)``, ``.cuda()``, ``.eval()``) and through the ``return`` of
-    a function of this file that makes it (``model = load_model(name)``; a name returned
-    there is followed to its latest binding, and a function that also casts that name in
-    place says nothing).  None when it is not known."""
+    a function of this file that makes it (``model = load_model(name)``, ``returned_in``),
+    or of a project function of another file that returns it so (``project_returned_dtype``).
+    None when it is not known."""
     if depth > MAX_LOAD_DEPTH or not isinstance(value, cst.Call):
         return None
     dtype = loaded_dtype(facts, value, ctx)
@@ -156,9 +156,30 @@ def loaded_in(facts: ModuleFacts, value, ctx: Context, depth: int = 0) -> Option
         if attr == "to" or attr in _KEEPS_DTYPE:  # ``.to(device)``, ``.cuda()``, ``.eval()``
             return loaded_in(facts, func.value, ctx, depth + 1)
     infos = called_functions(facts, value, ctx)
+    if not infos:
+        found = project_returned_dtype(facts, func)  # a project function of another file
+        return (found[0], value) if found is not None else None
     if len(infos) != 1 or facts.qualname(func) is not None:
         return None
-    function = infos[0].node
+    return returned_in(facts, infos[0].node, depth)
+
+
+def project_returned_dtype(facts: ModuleFacts, func) -> Optional[Tuple[str, str]]:
+    """(dtype, ``file:line``) when ``func`` names, through this file's imports, a function of
+    another project file whose every call returns a module made in that dtype
+    (``fsdp_lint.project.returned_dtypes_of_text``, which reads it with ``returned_in``)."""
+    project = facts.project
+    if project is None:
+        return None
+    spec = facts.imports.project_spec(dotted_name(func))
+    return project.returned_dtype(spec) if spec is not None else None
+
+
+def returned_in(facts: ModuleFacts, function, depth: int = 0) -> Optional[Tuple[str, cst.Call]]:
+    """(dtype, the call) when a ``return`` of the file's ``function`` gives a module made in
+    that dtype (``loaded_in``: a name returned is followed to its latest binding in the
+    function, and a function that also casts that name in place says nothing); the first
+    ``return`` that tells."""
     for ret in facts.returns:
         if ret.ctx.function is not function or ret.value is None:
             continue

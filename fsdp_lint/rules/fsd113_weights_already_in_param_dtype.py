@@ -6,12 +6,12 @@ from typing import List
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, loaded_in, module_casts
+from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, loaded_in, module_casts, project_returned_dtype
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.optimizers import may_train_parameters_of
-from fsdp_lint.facts.dataflow import calls_of
+from fsdp_lint.facts.dataflow import called_functions, calls_of
 from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, lookup, runs_before
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.values import UNKNOWN, first_positional, keyword_args
@@ -35,7 +35,9 @@ the sharding: `model.to(torch.bfloat16)`, `model.bfloat16()`, `model.half()`, or
 `model = X.from_pretrained(..., torch_dtype=torch.bfloat16)` (or `X.from_config(config,
 torch_dtype=...)`, or `dtype=`, also a name holding that one dtype), also made by a function
 of this file that returns it (`model = load_model(path)`, whose `return` gives such a load or
-cast, and which casts it in place to no other dtype on its way out), on a path that reaches the
+cast, and which casts it in place to no other dtype on its way out), or by a function of
+another file of the project that returns it so (`model = setup_model(cfg)` imported from
+`model.py`), on a path that reaches the
 `fully_shard` without re-binding `model` (a re-binding in a branch exclusive with the
 `fully_shard`, or on another path, leaves the cast reaching it). A `fully_shard` inside a
 helper of this file that shards its parameter (`def shard(model): fully_shard(model, ...)`)
@@ -77,8 +79,9 @@ fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, re
   flagged.
 - The cast must be in the function that shards (or, for a helper's parameter, in every
   caller of the helper in this file) before the sharding (`.to(torch.bfloat16)`,
-  `.bfloat16()`, `.half()`), or the model loaded there in a dtype the rule can read; a helper
-  called from another file, a dtype chosen at run time (`"auto"`, a command-line choice) or a
+  `.bfloat16()`, `.half()`), or the model loaded there in a dtype the rule can read, or
+  returned so by a project function; a sharding helper called from another file, a dtype
+  chosen at run time (`"auto"`, a command-line choice, a project function's parameter) or a
   helper called with models in different dtypes is not flagged.
 - A model no optimizer can hold is not flagged: when the function that shards it builds
   optimizers, each from the parameters of a model the rule can name, and none of them is this
@@ -231,6 +234,9 @@ def _in_dtype_at(facts: ModuleFacts, name: str, ctx, order: int, dtype, depth: i
     if found is None or found[0] != dtype:
         return None
     node = found[1]
+    made = project_returned_dtype(facts, node.func) if not called_functions(facts, node, latest.ctx) else None
+    if made is not None:  # made so in another file of the project
+        return f"`{facts.module.code_for_node(node)}` from {made[1]}", node
     if loaded_dtype(facts, node, latest.ctx) is not None:
         keyword = next(a.keyword.value for a in node.args if a.keyword is not None and a.keyword.value in ("torch_dtype", "dtype"))
         return f"`{node.func.attr.value}(..., {keyword}=...)`", node
