@@ -694,6 +694,13 @@ def test_a_module_whose_state_dict_type_the_code_sets_is_fsdp1(setting, gathers)
     ("should_save or rank == 0", None),  # its else needs rank != 0: every rank but one
     ("should_save and rank == 0", "body"),
     ("should_save or debug", None),
+    # a "launched distributed?" side has its distributed run's value: the other side decides
+    ("is_distributed() and get_rank() != 0", "orelse"),  # ranks but 0 return: the rest is rank 0's
+    ("dist.is_initialized() and dist.get_rank() == 0", "body"),
+    ("not dist.is_initialized() or dist.get_rank() == 0", "body"),
+    ("get_world_size() > 1 and rank != 0", "orelse"),
+    ("is_distributed() or rank == 0", None),  # true in every distributed run: every rank
+    ("use_ddp and rank != 0", None),  # DDP's flag: its other side may be FSDP on every rank
 ])
 def test_a_rank_test_inside_and_or_or(test, branch):
     from fsdp_lint.facts.ranks import one_rank_branch

@@ -102,6 +102,13 @@ def true_when_distributed(expr: cst.BaseExpression) -> bool:
     return _distributed_test(expr) is True and _ddp_flag_side(expr) is None
 
 
+def false_when_distributed(expr: cst.BaseExpression) -> bool:
+    """``expr`` is a "launched distributed?" test that fails in every distributed run
+    (``not dist.is_initialized()``, ``get_world_size() == 1``): its value in the run FSDP
+    shards is False."""
+    return _distributed_test(expr) is False and _ddp_flag_side(expr) is None
+
+
 _LAUNCHER_RANK = re.compile(r"^_*(local_|global_)?rank$", re.I)
 
 

@@ -38,7 +38,8 @@ from fsdp_lint.facts.dataflow import Sources, calls_of, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Context, ModuleFacts
 from fsdp_lint.facts.processes import (
-    environment_read, in_single_process_branch, integer_value as _integer, last_name as _last, single_process_branch,
+    environment_read, false_when_distributed, in_single_process_branch, integer_value as _integer, last_name as _last,
+    single_process_branch, true_when_distributed,
 )
 from fsdp_lint.facts.scopes import latest_binding, lookup, module_functions
 from fsdp_lint.facts.values import literal_string
@@ -178,6 +179,13 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
     if depth > MAX_DEPTH:
         return None
     if isinstance(test, cst.BooleanOperation):
+        # a side that asks "launched distributed?" has its distributed run's value, where FSDP
+        # shards: ``is_distributed() and get_rank() != 0`` is ``get_rank() != 0`` there, and so
+        # is ``not is_distributed() or get_rank() != 0``
+        settled = true_when_distributed if isinstance(test.operator, cst.And) else false_when_distributed
+        for side, other in ((test.left, test.right), (test.right, test.left)):
+            if settled(side):
+                return one_rank_branch(other, facts, ctx, order, depth + 1)
         sides = (one_rank_branch(test.left, facts, ctx, order, depth + 1), one_rank_branch(test.right, facts, ctx, order, depth + 1))
         if isinstance(test.operator, cst.And):
             return "body" if "body" in sides else None  # both sides hold: one of them on one rank
