@@ -129,6 +129,7 @@ def wanted_rules(text: str, rules: Sequence[Type[Rule]], launch=None, project=No
     if not gate_on():
         return list(rules)
     kinds = frozenset().union(*(project_kinds(project, text) if kinds is None else kinds).values())
+    kinds &= frozenset().union(*(rule.project_kinds for rule in rules))  # those that wake a rule
     gate = _gate(rules)
     if not kinds and gate is not None and not (launch is not None and any(rule.launch_markers for rule in rules)) \
             and not _passes(gate, text, launch is not None):

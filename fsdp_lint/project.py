@@ -57,6 +57,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dtensors import GATHERS as _DTENSOR_GATHERS
 from fsdp_lint.facts.dtypes import returned_in
+from fsdp_lint.facts.forward_methods import OWN_WEIGHT_LAYERS, own_weights, uses_own_weights
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
 from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP, WITH_FSDP_METHODS
 from fsdp_lint.facts.helper_summary import Helper, kinds_of
@@ -431,6 +432,47 @@ def _import_bindings(text: str) -> Tuple[Tuple[str, str], ...]:
 _FILE_WIDE = re.compile(r"fsdp|fully_shard|FullyShardedDataParallel", re.IGNORECASE)
 
 
+# a class holding a weight of its own (``forward_methods.own_weights``) names one of these
+_OWN_WEIGHT_TEXT = re.compile(r"\bParameter\(|\b(?:" + "|".join(sorted(OWN_WEIGHT_LAYERS)) + r")\(")
+
+
+def class_weights_of_text(text: str) -> Dict[str, dict]:
+    """A file's top-level classes' methods that compute with a weight the class holds itself
+    (``facts.forward_methods.uses_own_weights``): class name -> {method: [``self.X``, line of
+    the method's ``def``]}.  Read only when a rule asks (``ProjectView.class_method_weight``:
+    FSD105, for a model built from a class of another file and wrapped with FSDP1), never by
+    the gate; a file that builds no ``torch.nn`` layer with weights or ``nn.Parameter`` is
+    not parsed, and only its classes that do are."""
+    if "class " not in text or not _OWN_WEIGHT_TEXT.search(text):
+        return {}
+    tree = _ast_of(text)
+    if tree is None:
+        return {}
+    try:
+        kept_text = _blank_definitions(text, tree, lambda node, body: isinstance(node, ast.ClassDef)
+                                       and bool(_OWN_WEIGHT_TEXT.search(body)))
+        module = cst.parse_module(kept_text)
+        facts = index_module(module)
+        positions = Positions(module, line_starts(kept_text))
+        found: Dict[str, dict] = {}
+        for node in module.body:
+            if not isinstance(node, cst.ClassDef) or not own_weights(facts, node):
+                continue
+            methods = {}
+            for child in node.body.body:
+                if not isinstance(child, cst.FunctionDef) or child.name.value.startswith("__") \
+                        or child.name.value in torch_api.NN_MODULE_METHODS:
+                    continue
+                used = uses_own_weights(facts, node, child.name.value)
+                if used is not None:
+                    methods[child.name.value] = [used, positions(child.name).start.line]
+            if methods:
+                found[node.name.value] = methods
+        return found
+    except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): nothing known, never a finding
+        return {}
+
+
 def returned_dtypes_of_text(text: str) -> Dict[str, list]:
     """A file's top-level functions that return a module made in a known dtype
     (``facts.dtypes.returned_in``: ``return AutoModel.from_pretrained(name,
@@ -503,6 +545,8 @@ _PARTS = {
     "ties": ({}, lambda path, text: class_ties_of_text(text), _load_ties, lambda ties: json.dumps(ties, sort_keys=True)),
     "dtypes": ({}, lambda path, text: returned_dtypes_of_text(text), _load_ties,
                lambda dtypes: json.dumps(dtypes, sort_keys=True)),
+    "classes": ({}, lambda path, text: class_weights_of_text(text), _load_ties,
+                lambda classes: json.dumps(classes, sort_keys=True)),
 }
 
 
@@ -871,7 +915,7 @@ class ProjectIndex:
 
     def _defined(self, importer: str, root: str, spec: str, part: str, depth: int = 0) -> Optional[Tuple[str, object]]:
         """(file, entry) of what ``spec`` names in ``importer`` in the ``part`` of its file's
-        index ("functions" of its summary, its "ties" or "dtypes"), following a package
+        index ("functions" of its summary, its "ties", "dtypes" or "classes"), following a package
         ``__init__``'s re-exports."""
         level = len(spec) - len(spec.lstrip("."))
         inner, _, name = spec[level:].rpartition(".")
@@ -898,6 +942,11 @@ class ProjectIndex:
     def class_ties(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, list]]:
         """(file, ties) of the project class ``spec`` names in ``importer`` (``class_ties_of_text``)."""
         return self._defined(importer, root, spec, "ties")
+
+    def class_weights(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, dict]]:
+        """(file, {method: [``self.X``, line]}) of the project class ``spec`` names in
+        ``importer`` (``class_weights_of_text``)."""
+        return self._defined(importer, root, spec, "classes")
 
     def returned_dtype(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, list]]:
         """(file, [dtype, line]) of the project function ``spec`` names in ``importer`` when it
@@ -935,6 +984,13 @@ def summary_in_worker(cache_dir: Optional[str], path: str):
     return memo if memo is not None and memo[1] is found else None
 
 
+# the parts of a file's index read only when a rule asks (not by the gate): a cached
+# result's tag holds what they answer for the file's imports (``imported_answers``)
+_ASKED_PARTS = ("dtypes", "classes")
+# the gate's kind of a name imported from a project file that no helper summary covers
+IMPORTED = frozenset({"imported"})
+
+
 # how many levels of importers a file's view reads for what is passed to its functions
 CALLER_DEPTH = 2
 
@@ -952,6 +1008,7 @@ class ProjectView:
         self.callers = callers
         self._helpers: Dict[str, Optional[Helper]] = {}
         self._scans: Dict[str, Dict[str, Helper]] = {}
+        self._bindings: Dict[str, List[Tuple[str, str]]] = {}
         # what starts this file when known and not an FSDP launch (``launch.Launcher``):
         # accelerate's plugin then reads no launcher settings (``facts.frameworks``)
         self.launcher = None
@@ -971,6 +1028,15 @@ class ProjectView:
         place = os.path.relpath(found[0], self.root)
         return [(first, second, f"{place}:{line}") for first, second, line in found[1]]
 
+    def class_method_weight(self, spec: str, method: str) -> Optional[Tuple[str, str]]:
+        """(``self.X``, ``file:line`` of the method) when the method ``method`` of the project
+        class ``spec`` computes with a weight the class holds itself."""
+        found = self.index.class_weights(self.path, self.root, spec)
+        if found is None or method not in found[1]:
+            return None
+        used, line = found[1][method]
+        return used, f"{os.path.relpath(found[0], self.root)}:{line}"
+
     def returned_dtype(self, spec: str) -> Optional[Tuple[str, str]]:
         """(dtype, ``file:line`` where it is made) when the project function ``spec`` returns a
         module made in a known dtype."""
@@ -980,21 +1046,22 @@ class ProjectView:
         dtype, line = found[1]
         return dtype, f"{os.path.relpath(found[0], self.root)}:{line}"
 
-    def imported_dtypes(self, text: str) -> List[str]:
-        """What ``returned_dtype`` can answer for ``text``'s imports (a cached result's tag):
-        ``bound=dtype@file:line`` for each imported function (or function of an imported
-        module) that returns a module made in a known dtype."""
+    def imported_answers(self, text: str) -> List[str]:
+        """What ``returned_dtype`` and ``class_method_weight`` can answer for ``text``'s
+        imports (a cached result's tag): ``part:bound=answer`` for each imported function or
+        class, and each function or class of an imported module, the "dtypes" or "classes"
+        part of its file holds."""
         found = []
-        for bound, spec in _import_bindings(text):
-            if text.count(bound) < 2:
-                continue  # never used
-            answer = self.returned_dtype(spec)
-            if answer is not None:
-                found.append(f"{bound}={answer[0]}@{answer[1]}")
-            path = self.index.module_file(self.path, self.root, spec)
-            if path is not None:
-                relative = os.path.relpath(path, self.root)
-                found += [f"{bound}.{name}={d}@{relative}:{line}" for name, (d, line) in self.index._part(path, "dtypes").items()]
+        for bound, spec in self._used_bindings(text):
+            for part in _ASKED_PARTS:
+                answer = self.index._defined(self.path, self.root, spec, part)
+                if answer is not None:
+                    found.append(f"{part}:{bound}={os.path.relpath(answer[0], self.root)}:{json.dumps(answer[1])}")
+                path = self.index.module_file(self.path, self.root, spec)
+                if path is not None:
+                    relative = os.path.relpath(path, self.root)
+                    found += [f"{part}:{bound}.{name}={relative}:{json.dumps(entry)}"
+                              for name, entry in sorted(self.index._part(path, part).items())]
         return sorted(found)
 
     def imported_modules(self, text: str) -> List[str]:
@@ -1011,6 +1078,15 @@ class ProjectView:
                         found[path] = None
         return list(found)
 
+    def _used_bindings(self, text: str) -> List[Tuple[str, str]]:
+        """(bound name, what it names) of each import of ``text`` whose name occurs again
+        (a name only imported is never called), once per text."""
+        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        found = self._bindings.get(key)
+        if found is None:
+            found = self._bindings[key] = [(b, spec) for b, spec in _import_bindings(text) if text.count(b) > 1]
+        return found
+
     def imported_helpers(self, text: str) -> Dict[str, Helper]:
         """Local dotted name (as a call writes it) -> the summary of the project helper it
         calls, for every import statement of ``text`` (functions, and the functions of
@@ -1018,9 +1094,7 @@ class ProjectView:
         key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         if key not in self._scans:
             found: Dict[str, Helper] = {}
-            for bound, spec in _import_bindings(text):
-                if text.count(bound) < 2:
-                    continue  # named only where it is imported: never called
+            for bound, spec in self._used_bindings(text):
                 helper, inner_helpers = self.index.resolved(self.path, self.root, spec)
                 if helper is None and not inner_helpers:
                     continue  # nothing there
@@ -1070,7 +1144,9 @@ class ProjectView:
 
     def gate_kinds(self, text: str) -> Dict[str, FrozenSet[str]]:
         """What the gate reads: local dotted name -> what the helper does ("collective",
-        "shards", "saves"), for helpers whose name the text uses beyond its import; and
+        "shards", "saves"), for helpers whose name the text uses beyond its import;
+        ``IMPORTED`` ("imported") for the other names of project files it imports and uses
+        (a class of another file among them: ``ProjectView.class_method_weight``); and
         under ``PASSED``, "wraps" when a project file that names FSDP imports this one (it
         may pass an FSDP module to one of its functions: ``passed``, which reads whether
         it does; the gate's "fsdp1_passed" fact)."""
@@ -1080,19 +1156,29 @@ class ProjectView:
         for name, helper in self.imported_helpers(text).items():
             if helper.kinds and text.count(name.rsplit(".", 1)[-1]) > 1:
                 found[name] = frozenset(helper.kinds)
+        for bound, spec in self._used_bindings(text):
+            if bound not in found and self._names_project_file(spec):
+                found[bound] = IMPORTED
         return found
+
+    def _names_project_file(self, spec: str) -> bool:
+        """``spec`` (what an import binds) is a module of the project or a name in one."""
+        level = len(spec) - len(spec.lstrip("."))
+        parent = "." * level + spec[level:].rpartition(".")[0]
+        return any(m.strip(".") and self.index.module_file(self.path, self.root, m) is not None for m in (spec, parent))
 
     def tag(self, text: str) -> str:
         """What a cached result of this file depends on in other files: the summaries of
-        the helpers it imports, what its imported functions return (``imported_dtypes``), and the contents of the files that import it and may pass
+        the helpers it imports, what its imported functions return and its imported classes'
+        methods use (``imported_answers``), and the contents of the files that import it and may pass
         it FSDP modules or values made on one rank."""
         helpers = self.imported_helpers(text)
         importers = self._importers_within(self.callers)
-        dtypes = self.imported_dtypes(text)
-        if not helpers and self.launcher is None and not importers and not dtypes:
+        answers = self.imported_answers(text)
+        if not helpers and self.launcher is None and not importers and not answers:
             return ""
         pieces = sorted(f"{name}={json.dumps(h.to_json(), sort_keys=True)}" for name, h in helpers.items())
-        pieces += [f"dtype:{entry}" for entry in dtypes]
+        pieces += answers
         pieces += [f"importer={importer}|{self.index.digest(importer)}" for importer in importers]
         if self.launcher is not None:
             pieces.append(f"launcher={self.launcher.name}|{self.launcher.source}")

@@ -176,6 +176,7 @@ class Summary:
         self.calls_by_name: Dict[str, List[ast.Call]] = {}  # callee's last name -> calls
         # frame of a class's ``__init__`` -> the class's name (its callers call the class)
         self.init_classes: Dict[int, str] = {}
+        self.class_methods: Set[str] = set()  # names of the methods the file's classes define
         self.call_frames: Dict[int, int] = {}  # id(call) -> its frame
         self.assigned_to: Dict[int, Set[str]] = {}  # id(call) -> names bound to its value
         self.annotated: Dict[str, List[ast.expr]] = {}
@@ -192,6 +193,14 @@ class Summary:
         self._cache: Dict[str, object] = {}
         self._walk(tree)
         self.names = self.identifiers | self.soft  # what the screens read (the facts see annotations)
+
+    def imports_project_names(self) -> bool:
+        """The file imports names of other project files (``ProjectView.gate_kinds``'s
+        "imported", or a helper's kinds): one may be a class whose methods a rule reads."""
+        found = self._cache.get("imports_project_names")
+        if found is None:
+            found = self._cache["imports_project_names"] = any(name != PASSED for name in self.project)
+        return found
 
     def confirms(self, rules: Sequence[type], text: str) -> bool:
         """``engine.ast_confirms`` (a rule's first marker group names an identifier the
@@ -281,8 +290,10 @@ class Summary:
             if kind is ast.ClassDef:
                 identifiers.add(node.name)
                 for child in node.body:
-                    if type(child) in (ast.FunctionDef, ast.AsyncFunctionDef) and child.name == "__init__":
-                        self.init_classes[id(child)] = node.name
+                    if type(child) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                        self.class_methods.add(child.name)
+                        if child.name == "__init__":
+                            self.init_classes[id(child)] = node.name
                 _block(node.body, 0, (), push)  # a class body: ``ctx.function`` is None, no guards
                 for child in (*node.decorator_list, *node.bases, *node.keywords):
                     push((child, key, (), guards))
@@ -1116,6 +1127,20 @@ def _may_forward(s: Summary, call: ast.Call) -> bool:
         prefixes, s.call_frames[id(call)])
 
 
+def _receiver_may_be_wrapped(s: Summary, call: ast.Call) -> bool:
+    """``fsdp_modules.origins_with_callers`` of the receiver of ``call`` (``m`` of
+    ``m.encode(...)``, or of ``m.module``), read wide: it, or what it is an attribute of, may
+    come from a wrap of the file, also through any caller of its function."""
+    prefixes = []
+    node = call.func.value
+    while type(node) is ast.Attribute:
+        prefixes.append(node)
+        node = node.value
+    prefixes.append(node)
+    return s.flow("wrapped_any_caller", lambda n: _is_wrapped(s, n), callers=True).may_reach(
+        prefixes, s.call_frames[id(call)])
+
+
 def _is_wrapped(s: Summary, node: ast.AST) -> bool:
     """A wrap of this file (FSDP1, FSDP2, a project helper's), or a name one binds or
     shards in place."""
@@ -1269,12 +1294,16 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
     names; then the calls of a declared name (by the name written or any qualified name it
     may have, a dotted one by its qualified name; only those that may be torch's with
     ``gate_torch_only``, only statements of their own with ``gate_bare``) or of a helper
-    doing one of ``gate_helper_kinds``, that may pass one of the declared arguments, whose
+    doing one of ``gate_helper_kinds``, or with ``gate_class_methods`` of a method a class of
+    the file defines (any method, where the file imports names of other project files) that
+    ``torch.nn.Module`` does not (``torch_api.NN_MODULE_METHODS``: the wrapper's own), on a
+    receiver that may come from a wrap of the file, that may pass one of the declared arguments, whose
     receiver is what ``gate_receiver`` asks and whose function does one of ``gate_anchors``,
     and with ``gate_formats`` the f-string fields with a format spec;
     or, with no calls declared, the file's wraps.  None for a rule that declares nothing (it is
     always kept)."""
     facts, calls = tuple(rule.gate_facts), frozenset(rule.gate_calls)
+    class_methods = rule.gate_class_methods
     helper_kinds = frozenset(rule.gate_helper_kinds)
     qualified = frozenset(c for c in calls if "." in c)
     arguments, names, bare = dict(rule.gate_arguments), frozenset(rule.gate_names), rule.gate_bare
@@ -1305,8 +1334,12 @@ def declared(rule) -> Optional[Callable[[Summary], Iterator[ast.AST]]]:
         named = [call for frame in s.frames.values() for call in frame.calls if not known.isdisjoint(
             {_last(call.func), *(q.rsplit(".", 1)[-1] for q in s.callee(call))})
             or (qualified and not qualified.isdisjoint(s.callee(call)))
-            or (helper_kinds and not helper_kinds.isdisjoint(s.helper_kinds(call)))] \
-            if known or qualified or helper_kinds else []
+            or (helper_kinds and not helper_kinds.isdisjoint(s.helper_kinds(call)))
+            or (class_methods and type(call.func) is ast.Attribute
+                and call.func.attr not in torch_api.NN_MODULE_METHODS
+                and (call.func.attr in s.class_methods or s.imports_project_names())
+                and _receiver_may_be_wrapped(s, call))] \
+            if known or qualified or helper_kinds or class_methods else []
         for call in named + [call for name in narrowed for call in _TORCH_CALLS[name](s)]:
             if (not bare or id(call) in s.bare) and (
                 not arguments or any(_passes(s, call, name, index) for name, index in arguments.items())

@@ -114,7 +114,10 @@ def test_imports_resolve_to_project_files(tmp_path):
     script = index.view(str(root / "scripts" / "run.py"))
     assert script.helper("helpers.gather").line == 6  # the script's folder, as sys.path[0]
     text = "import helpers as h\nfrom helpers import gather as g\nh.gather(m)\ng(m)\n"
-    assert script.gate_kinds(text) == {"h.gather": frozenset({"collective"}), "g": frozenset({"collective"})}
+    # and "imported" for a project name no helper summary covers (here the module itself)
+    assert script.gate_kinds(text) == {"h.gather": frozenset({"collective"}), "g": frozenset({"collective"}),
+                                       "h": frozenset({"imported"})}
+    assert script.gate_kinds("import torch\nimport helpers\ntorch.save(helpers)\n") == {"helpers": frozenset({"imported"})}
     outside = _project(tmp_path / "other", {".git/HEAD": "", "a.py": ""})
     assert index.view(str(outside / "a.py")).helper("helpers.gather") is None
 

@@ -22,10 +22,11 @@ FORMS = {
     "FSD010": ("", "state-dict"),  # plain torch, another call path (below torch 2.1)
     "FSD101": ("", "accelerate", "fabric-fsdp2"),
     "FSD104": ("", "load", "forward", "forward-fsdp2", "accelerate", "fabric", "fabric-fsdp2"),
+    "FSD105": ("", "method"),  # a method of the model's own class rather than generate
     "FSD106": ("", "format"),  # the norm formatted with a spec (TypeError) rather than read per rank
     "FSD117": ("", "one-rank"),  # a re-initialisation under a rank test
 }
-TORCH_FORMS = {"state-dict", "load", "forward", "forward-fsdp2", "one-rank", "format", "generate"}  # forms through torch's own API: no framework to pin
+TORCH_FORMS = {"state-dict", "load", "forward", "forward-fsdp2", "one-rank", "format", "generate", "method"}  # forms through torch's own API: no framework to pin
 # distribution -> the module a program imports for it
 IMPORTED_AS = {"accelerate": "accelerate", "lightning": "lightning"}
 

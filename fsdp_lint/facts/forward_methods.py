@@ -12,6 +12,10 @@
   methods), ``BYPASS`` (it calls a submodule the class builds, ``self.embed(...)``, that the
   file does not shard apart (``fully_shard(model.embed)``), or ``self.forward(...)``, and never
   ``self(...)``), or None (not a method of an in-file class, or nothing visible either way).
+- ``uses_own_weights(facts, class_def, name)``: for FSDP1, whose root forward alone gathers
+  the weights no nested unit owns, the ``self.X`` (a ``torch.nn`` layer with weights or an
+  ``nn.Parameter`` the class builds itself) that method ``name`` computes with, also through
+  its other methods and its ``forward``.
 - ``registered_forward_methods(facts)``: the method names this file registers with
   ``register_fsdp_forward_method``; ``None`` in the set when a name is not a literal.
 """
@@ -48,9 +52,9 @@ BYPASS = "bypass"
 MAX_DEPTH = 3
 
 
-def _class_of(facts: ModuleFacts, origin: Origin) -> Optional[cst.ClassDef]:
-    """The class of this file the module sharded by ``origin`` is built from, when every
-    value it may have is one call of that class (``model = Transformer(cfg)``)."""
+def _built_from(facts: ModuleFacts, origin: Origin) -> Optional[cst.Name]:
+    """The name of the class the module sharded by ``origin`` is built from, when every
+    value it may have is a call of that one name (``model = Transformer(cfg)``)."""
     wrap = origin.wrap
     if wrap.through is not None:
         return None
@@ -58,17 +62,34 @@ def _class_of(facts: ModuleFacts, origin: Origin) -> Optional[cst.ClassDef]:
     if first is None:
         return None
     found = sources(facts, first.value, wrap.site.ctx, wrap.site.order, origin.via)
-    classes = set()
+    names = {}
     for source in found.found:
         call = source.expr
         if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name)):
             return None
-        if facts.qualname(call.func) is not None or call.func.value not in facts.classes:
-            return None
-        classes.add(call.func.value)
-    if not found.complete or len(classes) != 1:
+        names[call.func.value] = call.func
+    if not found.complete or len(names) != 1:
         return None
-    return facts.classes[classes.pop()]
+    return names.popitem()[1]
+
+
+def _class_of(facts: ModuleFacts, origin: Origin) -> Optional[cst.ClassDef]:
+    """The class of this file the module sharded by ``origin`` is built from, when every
+    value it may have is one call of that class (``model = Transformer(cfg)``)."""
+    name = _built_from(facts, origin)
+    if name is None or facts.qualname(name) is not None or name.value not in facts.classes:
+        return None
+    return facts.classes[name.value]
+
+
+def project_class_of(facts: ModuleFacts, origin: Origin) -> Optional[str]:
+    """What the class the module ``origin`` wraps is built from names through this file's
+    imports, when it is imported (a class of another project file: ``from models import
+    MAE``, then ``FSDP(MAE(cfg))``); where the project index looks it up."""
+    name = _built_from(facts, origin)
+    if name is None or name.value in facts.classes:
+        return None
+    return facts.imports.project_spec(name.value)
 
 
 # ``torch.nn`` modules that hold parameters (a loss, an activation, dropout or pooling holds
@@ -151,6 +172,79 @@ def _method_does(facts: ModuleFacts, class_def: cst.ClassDef, name: str, depth: 
         elif attr in modules:
             verdict = BYPASS
     return verdict
+
+
+# ``torch.nn`` layers with weights: an FSDP1 auto-wrap policy (transformer layers, module
+# classes of the model, ``ModuleWrapPolicy``) leaves them in the unit of the module that
+# builds them, so on the root they are the root's own parameters
+OWN_WEIGHT_LAYERS = frozenset(
+    {
+        "Linear", "Bilinear", "LazyLinear", "Embedding", "EmbeddingBag", "LayerNorm", "RMSNorm", "GroupNorm",
+        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+        "ConvTranspose2d", "ConvTranspose3d", "PReLU",
+    }
+)
+_PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def own_weights(facts: ModuleFacts, class_def: cst.ClassDef) -> FrozenSet[str]:
+    """``X`` for each ``self.X = nn.Linear(...)`` (``OWN_WEIGHT_LAYERS``) or ``self.X =
+    nn.Parameter(...)`` in the methods of ``class_def``: weights the class holds itself."""
+    def compute(f):
+        found = set()
+        for b in f.bindings:
+            if b.ctx.class_def is not class_def or b.kind != "assign" or b.index is not None \
+                    or not b.target.startswith("self.") or b.target.count(".") != 1 or not isinstance(b.value, cst.Call):
+                continue
+            qualname = f.qualname(b.value.func) or ""
+            if qualname in _PARAMETER or qualname.startswith("torch.nn.") and qualname.rsplit(".", 1)[-1] in OWN_WEIGHT_LAYERS:
+                found.add(b.target[len("self."):])
+        return frozenset(found)
+    return facts.cached(("own_weights", id(class_def)), compute)
+
+
+def _self_attributes(node: cst.CSTNode):
+    """Every ``self.X`` in ``node`` (nested functions and classes excluded)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Attribute) and isinstance(current.value, cst.Name) and current.value.value == "self":
+            yield current
+            continue
+        if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(current.children)
+
+
+def uses_own_weights(facts: ModuleFacts, class_def: cst.ClassDef, name: str, depth: int = 0) -> Optional[str]:
+    """``self.X`` when the method ``name`` of ``class_def`` computes with a weight the class
+    holds itself (``own_weights``: it calls ``self.head(...)`` or reads ``self.pos_embed``),
+    also through the class's other methods it calls (``self.encode(...)``) and its
+    ``forward`` (``self(...)``, ``self.forward(...)``); None when none is shown."""
+    infos = methods_of(facts, class_def, name)
+    if len(infos) != 1 or depth > MAX_DEPTH:
+        return None
+    weights = own_weights(facts, class_def)
+    function = infos[0].node
+    for attribute in _self_attributes(function.body):
+        if attribute.attr.value in weights:
+            return f"self.{attribute.attr.value}"
+    for site in facts.calls:
+        if site.ctx.function is not function:
+            continue
+        func = site.node.func
+        callee = "forward" if isinstance(func, cst.Name) and func.value == "self" else _self_attr(func)
+        if callee is not None and callee != name and methods_of(facts, class_def, callee):
+            found = uses_own_weights(facts, class_def, callee, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def class_of(facts: ModuleFacts, origin: Origin) -> Optional[cst.ClassDef]:
+    """The class of this file the module ``origin`` wraps or shards is built from, when
+    every value it may have is one call of that class (``model = Transformer(cfg)``)."""
+    return _class_of(facts, origin)
 
 
 def in_file_method(facts: ModuleFacts, origin: Origin, name: str) -> Optional[str]:

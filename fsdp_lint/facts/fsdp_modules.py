@@ -328,9 +328,16 @@ def _is_plain_module(facts: ModuleFacts, expr: cst.BaseExpression) -> bool:
     return isinstance(func, cst.Attribute) and func.attr.value in ("from_pretrained", "from_config")
 
 
-def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: int, via=()) -> Origins:
+# ``.module`` steps ``origins`` follows from an inner module to its wrapper
+MAX_INNER_STEPS = 3
+
+
+def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: int, via=(),
+            depth: int = 0) -> Origins:
     """``via``: the calls of in-file functions passed through to reach ``ctx`` (a
-    parameter then reads the argument of the innermost one)."""
+    parameter then reads the argument of the innermost one); ``depth``: how many
+    ``.module`` steps were taken to get here (``root.module``, at most ``MAX_INNER_STEPS``:
+    ``module = module.module`` in a loop would otherwise never end)."""
     modules = fsdp_modules(facts)
     if expr is None:
         return Origins(complete=False)
@@ -350,8 +357,8 @@ def origins(facts: ModuleFacts, expr: Optional[cst.BaseExpression], ctx, order: 
         if param is not None:
             result.declared.append(param)
     for source in found.unbound:
-        if source.expr.attr.value in torch_api.FSDP1_INNER_MODULE and len(via) < 3:
-            outer = origins(facts, source.expr.value, source.ctx, source.order, source.via)
+        if source.expr.attr.value in torch_api.FSDP1_INNER_MODULE and len(via) < 3 and depth < MAX_INNER_STEPS:
+            outer = origins(facts, source.expr.value, source.ctx, source.order, source.via, depth + 1)
             result.inner.extend(o for o in outer.fsdp1 if o not in result.inner)
     return result
 

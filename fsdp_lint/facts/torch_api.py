@@ -110,6 +110,20 @@ SAFETENSORS_SAVE = frozenset({"safetensors.torch.save_file", "safetensors.torch.
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
 # attributes of an FSDP1 wrapper that hold the wrapped (inner, sharded) module
 FSDP1_INNER_MODULE = ("module", "_fsdp_wrapped_module")
+# what ``torch.nn.Module`` defines (FullyShardedDataParallel is one): on an FSDP1 wrapper
+# these run the wrapper's own, ``__getattr__`` hands the inner module's methods only for
+# the names the wrapper lacks
+NN_MODULE_METHODS = frozenset({
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval",
+    "extra_repr", "float", "forward", "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half",
+    "ipu", "load_state_dict", "modules", "mtia", "named_buffers", "named_children", "named_modules",
+    "named_parameters", "parameters", "register_backward_hook", "register_buffer", "register_forward_hook",
+    "register_forward_pre_hook", "register_full_backward_hook", "register_full_backward_pre_hook",
+    "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook", "register_module",
+    "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook", "requires_grad_",
+    "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train", "type", "xpu",
+    "zero_grad",
+})
 OPTIMIZER_PACKAGE = "torch.optim"
 # modules of ``torch.optim`` whose classes take an optimizer, not parameters
 OPTIMIZER_WRAPPER_MODULES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")

@@ -134,7 +134,8 @@ class Rule:
     # (``facts.helper_summary.kinds_of``: "saves", "collective", ...);
     # ``gate_torch_only``: those calls must be torch's own (as far as the gate can tell:
     # ``summon_full_params`` on an FSDP1 name), not a same-named method of another library;
-    # ``gate_bare``: such a call standing alone as a statement (its value unused);
+    # ``gate_class_methods``: or a call of a method (``x.name(...)``) that a class of the file
+    # defines; ``gate_bare``: such a call standing alone as a statement (its value unused);
     # ``gate_formats``: or a field of an f-string with a format spec and no conversion
     # (``f"{norm:.4f}"``: a value formatted without a call);
     # ``gate_arguments``: parameters of that call one of which every finding needs passed
@@ -163,6 +164,7 @@ class Rule:
     gate_names: ClassVar[FrozenSet[str]] = frozenset()
     gate_receiver: ClassVar[str] = ""
     gate_helper_kinds: ClassVar[FrozenSet[str]] = frozenset()
+    gate_class_methods: ClassVar[bool] = False
     gate_anchors: ClassVar[Tuple[str, ...]] = ()
     gate_sites: ClassVar[bool] = False
     # how many calls apart a site and the caller whose context decides it may stand (a

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.forward_methods import ENTRY_POINTS
+from fsdp_lint.facts.forward_methods import ENTRY_POINTS, class_of, project_class_of, uses_own_weights
 from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.rebinding import rebound_between
@@ -19,9 +19,12 @@ class GenerateOutsideSummon(Rule):
     name = "generate-outside-summon"
     summary = "`model.generate(...)` (a non-forward entry point) on an FSDP1 model outside `summon_full_params`: sharded weights"
     fix_availability = FIX_NEVER
-    markers = (tuple(sorted(ENTRY_POINTS)), ("FullyShardedDataParallel",))
+    # (an entry point, or a method of a class of the file or of another project file: the
+    # gate's ``gate_class_methods``)
+    markers = (("FullyShardedDataParallel",),)
     gate_facts = ("fsdp1_model",)
     gate_calls = ENTRY_POINTS
+    gate_class_methods = True
     gate_sites = True
     doc = """\
 ## What it does
@@ -30,7 +33,14 @@ one of its own methods (`encode_image`, `encode_text`, `get_image_features`,
 `get_text_features`, `encode`, `decode`, `sample`), also through `m.module`, where `m` is
 wrapped in this file by FSDP1 `FSDP(...)` (or `wrap(m)` under `with
 enable_wrap(wrapper_cls=FSDP, ...)`) with a sharded strategy, outside a
-`summon_full_params` block. Not for FSDP2 (`fully_shard`), which has no summon (FSD114
+`summon_full_params` block. Also a method of the model's own class (`m.forward_train(...)`,
+`m.flow_step(...)`), where `m` is built from a class of this file or of another file of the
+project (`FSDP(GraspModel(cfg), ...)` with `GraspModel` imported from `models/`), and that
+method computes with a weight the class holds itself: it calls `self.head(...)` or reads
+`self.pos_embed`, where `self.head = nn.Linear(...)` (a `torch.nn` layer with weights) or
+`self.pos_embed = nn.Parameter(...)`, also through the class's other methods and its
+`forward`. Methods `torch.nn.Module` defines (`train`, `parameters`, `state_dict`, ...) run
+the wrapper's own and are never reported. Not for FSDP2 (`fully_shard`), which has no summon (FSD114
 covers its entry points), nor for `NO_SHARD`. A strategy held in a variable is not
 judged. A summon entered less directly counts as one: a context held in a name (`ctx =
 FSDP.summon_full_params(m, ...); with ctx:`), `stack.enter_context(...)` in an enclosing
@@ -48,6 +58,11 @@ every rank fails (CPU/gloo, torch 2.13.0, measured by the scenario after a train
 - `use_orig_params=False`: `RuntimeError: setStorage: sizes [16], strides [1], storage
   offset 0, and itemsize 4 requiring a storage size of 64 are out of bounds for storage of
   size 0` (the freed unsharded flat parameter).
+A method of the model's own class that uses such a weight fails the same way; with the
+default `use_orig_params=False` after an optimizer step, in a forward with autograd on:
+`RuntimeError: Output 0 of View is a view and its base or another view of its base has been
+modified inplace` (the root's weights are views of its flat parameter; `verify FSD105 --form
+method`).
 Right after a root forward without backward it can run (measured), because FSDP1 does not
 free the root's parameters after its forward (`_post_forward_reshard` in
 torch/distributed/fsdp/_runtime_utils.py): that is why the failure looks intermittent.
@@ -85,10 +100,12 @@ in their own forwards. FSDP2 (`fully_shard`) has no such block: register the met
   A model wrapped in another file or a strategy it cannot read (an unreadable `**cfg`, an
   accelerate config) is not flagged; a parameter annotated `FullyShardedDataParallel` is
   assumed to use the default `FULL_SHARD`.
-- A method of the model's own that runs its forward under another name (`forward_train`,
-  `forward_encoder`) is not an entry point here: whether it reaches parameters the root
-  holds (and not only nested FSDP units, which gather in their own forwards) depends on the
-  model's class, which is usually in another file.
+- A method of the model's own class counts only where the class is found (this file, or a
+  project file its imports name) and the method is shown to use a weight the class builds
+  itself as a `torch.nn` layer or `nn.Parameter`: an auto-wrap policy leaves those in the
+  root's unit. A method that calls only submodules of the model's own classes
+  (`self.encoder(...)`, which a policy may wrap as a nested unit gathering in its own
+  forward) is not reported, nor one of a class from another library.
 - Any doubt about a summon counts as inside one (a `with` on a name, an `ExitStack`, a
   `@contextmanager` helper of the file, a caller that gathers): such a call is not flagged.
 - A root forward `m(...)` that may run earlier in the same function with no `.backward()`
@@ -110,8 +127,14 @@ every rank has to enter it (a collective).
 
     def check(self, facts, report):
         modules = fsdp_modules(facts)
+        # methods of the file's classes that FSDP1's ``__getattr__`` hands over from the inner module
+        own_methods = {name for name, infos in facts.functions.items()
+                       if any(info.class_def is not None for info in infos)} - torch_api.NN_MODULE_METHODS
         for site in facts.calls:
-            if site.attr not in ENTRY_POINTS or not isinstance(site.node.func, cst.Attribute):
+            entry = site.attr in ENTRY_POINTS
+            # (a method of a class of another project file: asked of the project index below)
+            method = site.attr in own_methods or facts.project is not None and site.attr not in torch_api.NN_MODULE_METHODS
+            if not (entry or method) or not isinstance(site.node.func, cst.Attribute):
                 continue
             receiver = dotted_name(site.node.func.value)
             if receiver is None:
@@ -126,7 +149,8 @@ every rank has to enter it (a collective).
             if followed or found.fsdp2 or found.complete:
                 # the value flow decides: an FSDP1 wrap with a sharded strategy reaches the
                 # call on some path (also through the callers of a helper taking the model)
-                if not any(_sharded(facts, origin.wrap) for origin in followed):
+                wraps = [origin for origin in followed if _sharded(facts, origin.wrap)]
+                if not wraps:
                     continue
             else:
                 wrap = self._wrap_in_scope(facts, modules, owner, site)
@@ -134,11 +158,19 @@ every rank has to enter it (a collective).
                     continue
                 if wrap is not _ANNOTATED and rebound_between(facts, owner, wrap.site, site):
                     continue
+                wraps = [Origin(wrap)] if wrap is not _ANNOTATED else []
+            uses = None
+            if not entry:  # a method of the model's class: only one shown to use the root's own weights
+                uses = next((u for u in (_own_weight_used(facts, origin, site.attr) for origin in wraps) if u), None)
+                if uses is None:
+                    continue
             if maybe_in_summon(facts, site, owner) or root_left_gathered(facts, site, owner):
                 continue
+            runs = "the inner model's forward" if uses is None else \
+                f"{uses[0]}, which computes with `{uses[1]}`,"
             report(
                 site.node,
-                f"`{receiver}.{site.attr}(...)` runs the inner model's forward without FSDP's root forward: the "
+                f"`{receiver}.{site.attr}(...)` runs {runs} without FSDP's root forward: the "
                 f"root parameters of `{owner}` stay sharded ('weight' must be 2-D); call it inside "
                 f"`with FSDP.summon_full_params({owner}, writeback=False, recurse=False):`",
                 statement=site.ctx.statement,
@@ -167,6 +199,22 @@ every rank has to enter it (a collective).
         if any(facts.qualname(h) in torch_api.FSDP_CLASS for h in hints):
             return _ANNOTATED
         return None
+
+
+def _own_weight_used(facts, origin, name: str):
+    """(```Class.method```, ``self.X``) when the module ``origin`` wraps is built from a class of this
+    file, or of another project file, whose method ``name`` computes with a weight the class
+    holds itself (``forward_methods.uses_own_weights``): on the FSDP1 root that weight is the
+    root's own."""
+    class_def = class_of(facts, origin)
+    if class_def is not None:
+        used = uses_own_weights(facts, class_def, name)
+        return (f"`{class_def.name.value}.{name}`", used) if used is not None else None
+    spec = project_class_of(facts, origin) if facts.project is not None else None
+    found = facts.project.class_method_weight(spec, name) if spec is not None else None
+    if found is None:
+        return None
+    return f"`{spec.rsplit('.', 1)[-1]}.{name}` ({found[1]})", found[0]
 
 
 def _sharded(facts, wrap) -> bool:

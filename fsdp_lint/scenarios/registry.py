@@ -59,6 +59,17 @@ HANG = ("the job hangs: once it is stuck (on CPU: no rank progressed for a few s
         "each rank's stack (faulthandler) shows the collective it is blocked in; "
         "or a rank fails in a mismatched collective")
 
+
+# what FSDP1 raises when the root's own parameters are used outside its forward (FSD105)
+_FSD105_ERRORS = (
+    r"'weight' must be 2-D",
+    r"setStorage: sizes \[\d+(?:, \d+)*\], strides \[\d+(?:, \d+)*\], storage offset \d+, and itemsize \d+ requiring a storage size",
+    r"mat1 and mat2 shapes cannot be multiplied",
+    # use_orig_params=False, with autograd on: the root's weights are views of its flat
+    # parameter, which the optimizer step changed in place
+    r"Output 0 of View is a view and its base or another view of its base has been modified inplace",
+)
+
 SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
     "FSD001": (
         Scenario(
@@ -398,20 +409,31 @@ SCENARIOS: Dict[str, Union[Scenario, Tuple[Scenario, ...]]] = {
             timeout=60.0,
         ),
     ),
-    "FSD105": Scenario(
-        program="fsd105_generate_outside_summon.py",
-        min_ranks=2,
-        ranks_why="with one rank FSDP switches to NO_SHARD and the root's parameters stay whole",
-        fixed_by=((
-            "    tokens = model.generate(prompt, max_new_tokens=4)\n",
-            "    with FSDP.summon_full_params(model, writeback=False, recurse=False):\n"
-            "        tokens = model.generate(prompt, max_new_tokens=4)\n",
-        ),),
-        hazard="generate fails on the flattened, sharded root parameters ('weight' must be 2-D / setStorage)",
-        errors=(
-            r"'weight' must be 2-D",
-            r"setStorage: sizes \[\d+\], strides \[1\], storage offset \d+, and itemsize \d+ requiring a storage size",
-            r"mat1 and mat2 shapes cannot be multiplied",
+    "FSD105": (
+        Scenario(
+            program="fsd105_generate_outside_summon.py",
+            min_ranks=2,
+            ranks_why="with one rank FSDP switches to NO_SHARD and the root's parameters stay whole",
+            fixed_by=((
+                "    tokens = model.generate(prompt, max_new_tokens=4)\n",
+                "    with FSDP.summon_full_params(model, writeback=False, recurse=False):\n"
+                "        tokens = model.generate(prompt, max_new_tokens=4)\n",
+            ),),
+            hazard="generate fails on the flattened, sharded root parameters ('weight' must be 2-D / setStorage)",
+            errors=_FSD105_ERRORS,
+        ),
+        Scenario(
+            program="fsd105_model_method_outside_summon.py",
+            form="method",
+            min_ranks=2,
+            ranks_why="with one rank FSDP switches to NO_SHARD and the root's parameters stay whole",
+            fixed_by=((
+                "    velocity = model.forward_train(points)\n",
+                "    with FSDP.summon_full_params(model, writeback=False, recurse=False):\n"
+                "        velocity = model.forward_train(points)\n",
+            ),),
+            hazard="the model's own method fails on the flattened, sharded root parameters (setStorage / shapes)",
+            errors=_FSD105_ERRORS,
         ),
     ),
     "FSD106": (
