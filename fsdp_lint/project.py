@@ -69,7 +69,7 @@ from fsdp_lint.launch import SKIPPED_DIRS, project_root
 from fsdp_lint.positions import Positions
 from fsdp_lint.source import line_starts
 
-SUMMARY_VERSION = "project-index-10"
+SUMMARY_VERSION = "project-index-11"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
 MEMO_SECONDS = 5.0

@@ -1170,7 +1170,8 @@ def _nested_units_possible(s: Summary) -> bool:
                 found = True  # ``functools.partial(FSDP, ...)``: its policy is in the partial
                 break
             if s.callee(call).isdisjoint(torch_api.FSDP_CLASS):
-                continue  # a project helper's wrap: its policy is not read (``has_nested_units``)
+                found = True  # a project helper's wrap: its summary may say so (``Helper.wrap_nested``)
+                break
             shape = of_ast(call)  # ``fsdp_modules.has_nested_units``: a policy other than None, or ``**``
             if shape.double_star or shape.literal("auto_wrap_policy", default=None) is not None:
                 found = True

@@ -305,9 +305,14 @@ def test_a_helper_returning_an_fsdp1_wrap_carries_its_configuration():
         "    return wrapped\n\n\n"
         "def chosen(model, offload):\n    return FSDP(model, cpu_offload=CPUOffload(offload_params=offload))\n\n\n"
         "def maybe(model, flag):\n    if flag:\n        return FSDP(model)\n    return model\n\n\n"
-        "def other(model):\n    net = model.module\n    return FSDP(net)\n"
+        "def other(model):\n    net = model.module\n    return FSDP(net)\n\n\n"
+        "def nested(model, policy):\n    return FSDP(model, auto_wrap_policy=ModuleWrapPolicy({nn.Linear}))\n\n\n"
+        "def flat(model):\n    return FSDP(model, auto_wrap_policy=None)\n"
     )
-    assert {name for name, data in found.items() if data["wraps"]} == {"offloaded", "named", "chosen"}
+    # given an auto-wrap policy: nested units (a forward on one rank all-gathers them, FSD104)
+    assert found["nested"]["wrap_nested"] is True
+    assert found["flat"]["wrap_nested"] is None and found["offloaded"]["wrap_nested"] is None
+    assert {name for name, data in found.items() if data["wraps"]} == {"offloaded", "named", "chosen", "nested", "flat"}
     assert (found["offloaded"]["wraps"], found["offloaded"]["wrap_offload"], found["offloaded"]["wrap_orig_params"],
             found["offloaded"]["wrap_at"], found["offloaded"]["kinds"]) == ("model", True, False, 10, ("wraps", "offloads"))
     assert (found["named"]["wraps"], found["named"]["wrap_offload"], found["named"]["wrap_orig_params"],

@@ -27,7 +27,8 @@ from typing import FrozenSet, Optional, Set
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.dataflow import handed_back, sources
+from fsdp_lint.facts.helper_summary import argument
 from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.scopes import methods_of
@@ -54,17 +55,25 @@ MAX_DEPTH = 3
 
 def _built_from(facts: ModuleFacts, origin: Origin) -> Optional[cst.Name]:
     """The name of the class the module sharded by ``origin`` is built from, when every
-    value it may have is a call of that one name (``model = Transformer(cfg)``)."""
+    value it may have is a call of that one name (``model = Transformer(cfg)``, also moved
+    or compiled: ``Transformer(cfg).cuda()``), given to the wrap or to the project helper
+    that wraps it."""
     wrap = origin.wrap
     if wrap.through is not None:
         return None
-    first = first_positional(wrap.site.node) or keyword_args(wrap.site.node).get("module")
-    if first is None:
+    if wrap.summary is not None:  # a project helper's wrap: the argument for the parameter it wraps
+        module = argument(wrap.summary, wrap.site.node, wrap.summary.wraps)
+    else:
+        first = first_positional(wrap.site.node) or keyword_args(wrap.site.node).get("module")
+        module = first.value if first is not None else None
+    if module is None:
         return None
-    found = sources(facts, first.value, wrap.site.ctx, wrap.site.order, origin.via)
+    found = sources(facts, module, wrap.site.ctx, wrap.site.order, origin.via)
     names = {}
     for source in found.found:
         call = source.expr
+        while handed_back(facts, call) is not None:  # ``Net(cfg).cuda()``
+            call = handed_back(facts, call)
         if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name)):
             return None
         names[call.func.value] = call.func
@@ -213,7 +222,7 @@ def _self_attributes(node: cst.CSTNode):
             continue
         if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        stack.extend(current.children)
+        stack.extend(reversed(current.children))  # in source order
 
 
 def uses_own_weights(facts: ModuleFacts, class_def: cst.ClassDef, name: str, depth: int = 0) -> Optional[str]:

@@ -741,7 +741,10 @@ def _device_tested_not_cpu(origin: Origin) -> bool:
 def has_nested_units(facts: ModuleFacts, origin: Origin) -> bool:
     """The FSDP1 construction is given an ``auto_wrap_policy`` (not ``None``): its inner
     module holds FSDP units of its own, whose state-dict hooks and forwards are collectives
-    even when called through ``root.module``.  Unknown (``**cfg``, another file): False."""
+    even when called through ``root.module``; for a project helper's wrap, what its summary
+    says (``Helper.wrap_nested``).  Unknown (``**cfg``): False."""
+    if origin.wrap.summary is not None:
+        return origin.wrap.summary.wrap_nested is True
     policy = argument(facts, origin, "auto_wrap_policy")
     if not policy.known or not policy.sources.complete:
         return False

@@ -23,8 +23,9 @@ own body, under no ``if``, loop, conditional expression, ``and``/``or`` or lambd
   every call, every ``return`` that wrap), or ``wrap_built``: it returns so a module of
   its own making (``return FSDP(Net(cfg), ...)``), each with that wrap's configuration
   where it is the same on every path (``wrap_offload``: ``cpu_offload=CPUOffload(offload_params=True)``;
-  ``wrap_orig_params``; ``wrap_sharding``: the ``ShardingStrategy`` members it may be; None:
-  not known here, e.g. read from the helper's own arguments).
+  ``wrap_orig_params``; ``wrap_sharding``: the ``ShardingStrategy`` members it may be;
+  ``wrap_nested``: given an ``auto_wrap_policy``, so it holds nested units; None: not known
+  here, e.g. read from the helper's own arguments).
 
 Where a place is a node of this file (``file`` empty) or a line of ``file`` (a path
 relative to the project root).  Nothing here follows a call into another file: a
@@ -65,6 +66,7 @@ class Helper:
     wrap_offload: Optional[bool] = None
     wrap_orig_params: Optional[bool] = None
     wrap_sharding: Optional[Tuple[str, ...]] = None
+    wrap_nested: Optional[bool] = None  # True: that wrap is given an auto-wrap policy (nested units)
     # the ``ShardingStrategy`` members its every ``return`` gives (``get_sharding_strategy()``
     # choosing one from the command line): what a wrap given its result may be
     strategies: Optional[Tuple[str, ...]] = None

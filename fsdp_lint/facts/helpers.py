@@ -37,7 +37,7 @@ from fsdp_lint.facts.call_shape import of_cst
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_module
 from fsdp_lint.facts.frameworks import framework_collective
 from fsdp_lint.facts.dataflow import sources
-from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, strategy_members, wrap_config
+from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, has_nested_units, strategy_members, wrap_config
 from fsdp_lint.facts.helper_summary import Helper, argument, kinds_of, project_helper
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, FunctionInfo, ModuleFacts
@@ -396,6 +396,7 @@ class _Summarizer:
         helper.wrap_offload = config.offload if config.offload in (True, False) else None
         helper.wrap_orig_params = config.use_orig_params if config.use_orig_params in (True, False) else None
         helper.wrap_sharding = tuple(sorted(config.sharding)) if isinstance(config.sharding, set) else None
+        helper.wrap_nested = True if has_nested_units(facts, Origin(found)) else None
 
     def _returned_strategy(self, info: FunctionInfo, helper: Helper) -> None:
         """``def get_sharding_strategy(): ... return ShardingStrategy.FULL_SHARD ... elif ...:
