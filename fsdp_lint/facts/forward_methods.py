@@ -213,7 +213,9 @@ def own_weights(facts: ModuleFacts, class_def: cst.ClassDef) -> FrozenSet[str]:
 
 
 def _self_attributes(node: cst.CSTNode):
-    """Every ``self.X`` in ``node`` (nested functions and classes excluded)."""
+    """Every ``self.X`` in ``node`` that computes with X (nested functions and classes
+    excluded): not the receiver of a method ``torch.nn.Module`` defines
+    (``self.head.parameters()``, ``self.head.train()``: no weight is computed with)."""
     stack = [node]
     while stack:
         current = stack.pop()
@@ -221,6 +223,10 @@ def _self_attributes(node: cst.CSTNode):
             yield current
             continue
         if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(current, cst.Call) and isinstance(current.func, cst.Attribute) \
+                and current.func.attr.value in torch_api.NN_MODULE_METHODS:
+            stack.extend(reversed([arg for arg in current.args]))  # its arguments only
             continue
         stack.extend(reversed(current.children))  # in source order
 

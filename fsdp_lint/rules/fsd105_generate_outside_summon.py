@@ -39,7 +39,7 @@ project (`FSDP(GraspModel(cfg), ...)` with `GraspModel` imported from `models/`)
 method computes with a weight the class holds itself: it calls `self.head(...)` or reads
 `self.pos_embed`, where `self.head = nn.Linear(...)` (a `torch.nn` layer with weights) or
 `self.pos_embed = nn.Parameter(...)`, also through the class's other methods and its
-`forward`. Methods `torch.nn.Module` defines (`train`, `parameters`, `state_dict`, ...) run
+`forward` (handing on `self.head.parameters()` computes nothing and does not count). Methods `torch.nn.Module` defines (`train`, `parameters`, `state_dict`, ...) run
 the wrapper's own and are never reported. Not for FSDP2 (`fully_shard`), which has no summon (FSD114
 covers its entry points), nor for `NO_SHARD`. A strategy held in a variable is not
 judged. A summon entered less directly counts as one: a context held in a name (`ctx =
