@@ -1,21 +1,13 @@
 """FSD105 scenario, method form: a method of the model's own class (not ``forward``, not a
 library entry point) called on an FSDP1 root after a training step; it computes with the
-root's own weights (an embedding and a head no nested unit owns)."""
+root's own weights (an input layer and a head no nested unit owns)."""
 
 import torch
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from fsdp_lint.scenarios import _harness
-
-
-class Block(torch.nn.Module):
-    def __init__(self, width):
-        super().__init__()
-        self.proj = torch.nn.Linear(width, width)
-
-    def forward(self, hidden):
-        return hidden + torch.relu(self.proj(hidden))
+from fsdp_lint.scenarios.fsd105_generate_outside_summon import Block  # the nested units
 
 
 class FlowModel(torch.nn.Module):
