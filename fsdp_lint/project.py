@@ -57,7 +57,7 @@ from fsdp_lint.lazy_libcst import cst
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dtensors import GATHERS as _DTENSOR_GATHERS
 from fsdp_lint.facts.dtypes import returned_in
-from fsdp_lint.facts.forward_methods import OWN_WEIGHT_LAYERS, own_weights, uses_own_weights
+from fsdp_lint.facts.forward_methods import OWN_WEIGHT_LAYERS, runs_forward, uses_own_weights
 from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
 from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP, WITH_FSDP_METHODS
 from fsdp_lint.facts.helper_summary import Helper, kinds_of
@@ -69,7 +69,7 @@ from fsdp_lint.launch import SKIPPED_DIRS, project_root
 from fsdp_lint.positions import Positions
 from fsdp_lint.source import line_starts
 
-SUMMARY_VERSION = "project-index-11"
+SUMMARY_VERSION = "project-index-12"
 MAX_BYTES = 1024 * 1024
 MAX_REEXPORT_DEPTH = 3
 MEMO_SECONDS = 5.0
@@ -432,40 +432,45 @@ def _import_bindings(text: str) -> Tuple[Tuple[str, str], ...]:
 _FILE_WIDE = re.compile(r"fsdp|fully_shard|FullyShardedDataParallel", re.IGNORECASE)
 
 
-# a class holding a weight of its own (``forward_methods.own_weights``) names one of these
-_OWN_WEIGHT_TEXT = re.compile(r"\bParameter\(|\b(?:" + "|".join(sorted(OWN_WEIGHT_LAYERS)) + r")\(")
+# a class holding a weight of its own or a submodule (``forward_methods.own_weights``,
+# ``unit_holders``) names one of these
+_MODULE_TEXT = re.compile(r"\bParameter\(|\bModule(?:List|Dict)\(|\bSequential\(|\bfrom_pretrained\(|\b(?:"
+                          + "|".join(sorted(OWN_WEIGHT_LAYERS)) + r")\(")
 
 
-def class_weights_of_text(text: str) -> Dict[str, dict]:
-    """A file's top-level classes' methods that compute with a weight the class holds itself
-    (``facts.forward_methods.uses_own_weights``): class name -> {method: [``self.X``, line of
-    the method's ``def``]}.  Read only when a rule asks (``ProjectView.class_method_weight``:
-    FSD105, for a model built from a class of another file and wrapped with FSDP1), never by
-    the gate; a file that builds no ``torch.nn`` layer with weights or ``nn.Parameter`` is
-    not parsed, and only its classes that do are."""
-    if "class " not in text or not _OWN_WEIGHT_TEXT.search(text):
+def class_methods_of_text(text: str) -> Dict[str, dict]:
+    """What a file's top-level classes' methods do with the model (``facts.forward_methods``):
+    class name -> {method: {"weight": the ``self.X`` weight of the class's own it computes
+    with, "forward": the ``self.X`` holding nested FSDP units it runs, "line": its ``def``}},
+    for the methods that do either.  Read only when a rule asks (``ProjectView.class_method``:
+    FSD105 and FSD104, for a model built from a class of another file and wrapped with
+    FSDP1), never by the gate; a file that builds no ``torch.nn`` layer or ``nn.Parameter``
+    is not parsed, and only its classes that do are."""
+    if "class " not in text or not _MODULE_TEXT.search(text):
         return {}
     tree = _ast_of(text)
     if tree is None:
         return {}
     try:
         kept_text = _blank_definitions(text, tree, lambda node, body: isinstance(node, ast.ClassDef)
-                                       and bool(_OWN_WEIGHT_TEXT.search(body)))
+                                       and bool(_MODULE_TEXT.search(body)))
         module = cst.parse_module(kept_text)
         facts = index_module(module)
         positions = Positions(module, line_starts(kept_text))
         found: Dict[str, dict] = {}
         for node in module.body:
-            if not isinstance(node, cst.ClassDef) or not own_weights(facts, node):
+            if not isinstance(node, cst.ClassDef):
                 continue
             methods = {}
             for child in node.body.body:
                 if not isinstance(child, cst.FunctionDef) or child.name.value.startswith("__") \
                         or child.name.value in torch_api.NN_MODULE_METHODS:
                     continue
-                used = uses_own_weights(facts, node, child.name.value)
-                if used is not None:
-                    methods[child.name.value] = [used, positions(child.name).start.line]
+                weight = uses_own_weights(facts, node, child.name.value)
+                forward = runs_forward(facts, node, child.name.value)
+                if weight is not None or forward is not None:
+                    methods[child.name.value] = {"weight": weight, "forward": forward,
+                                                 "line": positions(child.name).start.line}
             if methods:
                 found[node.name.value] = methods
         return found
@@ -545,7 +550,7 @@ _PARTS = {
     "ties": ({}, lambda path, text: class_ties_of_text(text), _load_ties, lambda ties: json.dumps(ties, sort_keys=True)),
     "dtypes": ({}, lambda path, text: returned_dtypes_of_text(text), _load_ties,
                lambda dtypes: json.dumps(dtypes, sort_keys=True)),
-    "classes": ({}, lambda path, text: class_weights_of_text(text), _load_ties,
+    "classes": ({}, lambda path, text: class_methods_of_text(text), _load_ties,
                 lambda classes: json.dumps(classes, sort_keys=True)),
 }
 
@@ -943,9 +948,9 @@ class ProjectIndex:
         """(file, ties) of the project class ``spec`` names in ``importer`` (``class_ties_of_text``)."""
         return self._defined(importer, root, spec, "ties")
 
-    def class_weights(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, dict]]:
-        """(file, {method: [``self.X``, line]}) of the project class ``spec`` names in
-        ``importer`` (``class_weights_of_text``)."""
+    def class_methods(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, dict]]:
+        """(file, {method: what it does}) of the project class ``spec`` names in ``importer``
+        (``class_methods_of_text``)."""
         return self._defined(importer, root, spec, "classes")
 
     def returned_dtype(self, importer: str, root: str, spec: str) -> Optional[Tuple[str, list]]:
@@ -1028,14 +1033,14 @@ class ProjectView:
         place = os.path.relpath(found[0], self.root)
         return [(first, second, f"{place}:{line}") for first, second, line in found[1]]
 
-    def class_method_weight(self, spec: str, method: str) -> Optional[Tuple[str, str]]:
-        """(``self.X``, ``file:line`` of the method) when the method ``method`` of the project
-        class ``spec`` computes with a weight the class holds itself."""
-        found = self.index.class_weights(self.path, self.root, spec)
+    def class_method(self, spec: str, method: str) -> Optional[Tuple[dict, str]]:
+        """(what the method does: ``class_methods_of_text``'s entry, ``file:line`` of the
+        method) for the method ``method`` of the project class ``spec``."""
+        found = self.index.class_methods(self.path, self.root, spec)
         if found is None or method not in found[1]:
             return None
-        used, line = found[1][method]
-        return used, f"{os.path.relpath(found[0], self.root)}:{line}"
+        entry = found[1][method]
+        return entry, f"{os.path.relpath(found[0], self.root)}:{entry.get('line')}"
 
     def returned_dtype(self, spec: str) -> Optional[Tuple[str, str]]:
         """(dtype, ``file:line`` where it is made) when the project function ``spec`` returns a
@@ -1047,7 +1052,7 @@ class ProjectView:
         return dtype, f"{os.path.relpath(found[0], self.root)}:{line}"
 
     def imported_answers(self, text: str) -> List[str]:
-        """What ``returned_dtype`` and ``class_method_weight`` can answer for ``text``'s
+        """What ``returned_dtype`` and ``class_method`` can answer for ``text``'s
         imports (a cached result's tag): ``part:bound=answer`` for each imported function or
         class, and each function or class of an imported module, the "dtypes" or "classes"
         part of its file holds."""
@@ -1146,7 +1151,7 @@ class ProjectView:
         """What the gate reads: local dotted name -> what the helper does ("collective",
         "shards", "saves"), for helpers whose name the text uses beyond its import;
         ``IMPORTED`` ("imported") for the other names of project files it imports and uses
-        (a class of another file among them: ``ProjectView.class_method_weight``); and
+        (a class of another file among them: ``ProjectView.class_method``); and
         under ``PASSED``, "wraps" when a project file that names FSDP imports this one (it
         may pass an FSDP module to one of its functions: ``passed``, which reads whether
         it does; the gate's "fsdp1_passed" fact)."""

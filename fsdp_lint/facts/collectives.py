@@ -24,6 +24,7 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.call_shape import CallShape, of_cst
 from fsdp_lint.facts.conditions import tested_not_instance
 from fsdp_lint.facts.flow import exclusive
+from fsdp_lint.facts.forward_methods import model_class_method
 from fsdp_lint.facts.fsdp_modules import (
     UNKNOWN, Origin, fsdp_modules, has_nested_units, origins_with_callers, reshards_after_forward, uses_fsdp,
     wrap_config,
@@ -322,6 +323,28 @@ def forward_gathers(facts: ModuleFacts, module: cst.BaseExpression, site: CallSi
     return any(_frees_after_forward(facts, origin) for origin in found.fsdp1 + found.inner)
 
 
+def method_forward_gathers(facts: ModuleFacts, module: cst.BaseExpression, name: str, site: CallSite):
+    """(```Class.method```, ``self.X``) when ``module.name(...)`` at ``site`` runs the forward
+    of nested FSDP units that free their parameters after it, as ``forward_gathers`` counts a
+    call of the module: the module (or its inner one, ``root.module``) comes from such an
+    FSDP1 construction, and its class (of this file or another project file) has a method
+    ``name`` that runs a submodule holding those units (``forward_methods.runs_forward``:
+    ``for block in self.blocks: block(x)``, ``self(...)``).  None otherwise (a class not
+    found: precision first)."""
+    if dotted_name(module) is None or not uses_fsdp(facts) or not may_forward_gather(facts):
+        return None
+    if _inside_own_summon(facts, module, site):
+        return None
+    found = origins_with_callers(facts, module, site.ctx, site.order)
+    for origin in found.fsdp1 + found.inner:
+        if not _frees_after_forward(facts, origin):
+            continue
+        method = model_class_method(facts, origin, name)
+        if method is not None and method["forward"]:
+            return method["label"], method["forward"]
+    return None
+
+
 def not_sharded_here(facts: ModuleFacts, model, site: CallSite) -> bool:
     """``model`` is proven not sharded at ``site`` (sharded later in the function, or every
     origin followed and none a wrap)."""
@@ -388,6 +411,13 @@ def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]
         return Collective(f"the forward of `{dotted_name(func)}` (its FSDP units all-gather their "
                           "parameters and free them again)", advice=FORWARD_ADVICE,
                           balanced_by=FORWARD_KEY + dotted_name(func))
+    if not qualname and isinstance(func, cst.Attribute) and site.attr not in torch_api.NN_MODULE_METHODS:
+        runs = method_forward_gathers(facts, func.value, site.attr, site)
+        if runs is not None:
+            name = dotted_name(func.value)
+            return Collective(f"`{name}.{site.attr}(...)` ({runs[0]} runs `{runs[1]}`, whose FSDP units all-gather "
+                              "their parameters and free them again)", advice=FORWARD_ADVICE,
+                              balanced_by=FORWARD_KEY + name)
     if qualname in LIBRARY_GATHERS:
         return Collective(f"`{site.attr}` (it gathers on every rank)")
     if qualname in torch_api.FULL_STATE_DICT_FUNCTIONS or (

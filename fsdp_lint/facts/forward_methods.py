@@ -256,6 +256,92 @@ def uses_own_weights(facts: ModuleFacts, class_def: cst.ClassDef, name: str, dep
     return None
 
 
+_CONTAINERS = frozenset({"torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Sequential"})
+
+
+def unit_holders(facts: ModuleFacts, class_def: cst.ClassDef) -> FrozenSet[str]:
+    """``X`` for each submodule ``self.X`` of ``class_def`` that an auto-wrap policy may make
+    (or fill with) nested FSDP units: a module class of this file, a ``from_pretrained``
+    model, a ``torch.nn`` container (``nn.ModuleList(Block(d) for ...)``); not a ``torch.nn``
+    layer with weights of its own (``own_weights``)."""
+    def compute(f):
+        found = set(submodule_attrs(f, class_def)) - own_weights(f, class_def)
+        for b in f.bindings:
+            if b.ctx.class_def is class_def and b.kind == "assign" and b.index is None and b.target.startswith("self.") \
+                    and b.target.count(".") == 1 and isinstance(b.value, cst.Call) and f.qualname(b.value.func) in _CONTAINERS:
+                found.add(b.target[len("self."):])
+        return frozenset(found)
+    return facts.cached(("unit_holders", id(class_def)), compute)
+
+
+def runs_forward(facts: ModuleFacts, class_def: cst.ClassDef, name: str, depth: int = 0) -> Optional[str]:
+    """What the method ``name`` of ``class_def`` runs that holds the model's nested FSDP
+    units (``unit_holders``): ``self(...)``/``self.forward(...)`` (the class's forward, read
+    the same way), ``self.blocks[i](...)``, ``self.encoder(...)``, or a loop ``for block in
+    self.blocks: block(...)``; also through the class's other methods.  None when none is shown."""
+    infos = methods_of(facts, class_def, name)
+    if len(infos) != 1 or depth > MAX_DEPTH:
+        return None
+    function = infos[0].node
+    holders = unit_holders(facts, class_def)
+    loop_names = {}
+    for node in _nodes(function.body):
+        if isinstance(node, cst.For) and isinstance(node.target, cst.Name):
+            attr = _self_attr(node.iter)
+            if attr in holders:
+                loop_names[node.target.value] = attr
+    for site in facts.calls:
+        if site.ctx.function is not function:
+            continue
+        func = site.node.func
+        if isinstance(func, cst.Subscript):
+            func = func.value  # ``self.blocks[i](x)``
+        if isinstance(func, cst.Name) and func.value in loop_names:
+            return f"self.{loop_names[func.value]}"
+        callee = "forward" if isinstance(func, cst.Name) and func.value == "self" else _self_attr(func)
+        if callee is None:
+            continue
+        if callee in holders:
+            return f"self.{callee}"
+        if callee != name and methods_of(facts, class_def, callee):
+            found = runs_forward(facts, class_def, callee, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _nodes(node: cst.CSTNode):
+    """Every node in ``node``, nested functions and classes excluded."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(reversed(current.children))
+
+
+def model_class_method(facts: ModuleFacts, origin: Origin, name: str) -> Optional[dict]:
+    """What the method ``name`` of the class the module ``origin`` wraps is built from does
+    (a class of this file, or of another project file through the imports): {"label":
+    ```Class.method``` (and where, for another file), "weight": the ``self.X`` of
+    ``uses_own_weights`` or None, "forward": the ``self.X`` of ``runs_forward`` or None};
+    None when the class is not found or the method does neither."""
+    class_def = _class_of(facts, origin)
+    if class_def is not None:
+        weight, forward = uses_own_weights(facts, class_def, name), runs_forward(facts, class_def, name)
+        if weight is None and forward is None:
+            return None
+        return {"label": f"`{class_def.name.value}.{name}`", "weight": weight, "forward": forward}
+    spec = project_class_of(facts, origin) if facts.project is not None else None
+    found = facts.project.class_method(spec, name) if spec is not None else None
+    if found is None:
+        return None
+    entry, place = found
+    return {"label": f"`{spec.rsplit('.', 1)[-1]}.{name}` ({place})", "weight": entry.get("weight"),
+            "forward": entry.get("forward")}
+
+
 def class_of(facts: ModuleFacts, origin: Origin) -> Optional[cst.ClassDef]:
     """The class of this file the module ``origin`` wraps or shards is built from, when
     every value it may have is one call of that class (``model = Transformer(cfg)``)."""

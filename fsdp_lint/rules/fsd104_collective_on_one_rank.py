@@ -94,7 +94,10 @@ Collectives:
   after each forward: an FSDP1 root given an `auto_wrap_policy`, with `FULL_SHARD` (the
   default) or `HYBRID_SHARD` among the strategies it may have (also its inner module,
   `model.module(x)`), or a model sharded with `fully_shard` in a file that also shards
-  layers with the default `reshard_after_forward`. An evaluation forward on rank 0 runs
+  layers with the default `reshard_after_forward`; for that FSDP1 root also a method of the
+  model's own class (of this file, or of another project file its imports name) that runs
+  a submodule holding the nested units (`for block in self.blocks: block(x)`,
+  `self.encoder(x)`, `self(x)`): `model.embed_images(probe)`. An evaluation forward on rank 0 runs
   all-gathers that the other ranks' next step does not match. A model whose root is its only
   FSDP unit is not flagged: the root keeps its parameters gathered after a forward, and
   the one rank's all-gather pairs with the other ranks' next one (`SHARD_GRAD_OP` keeps
@@ -232,9 +235,10 @@ move out of the rank test.
   where they run a collective on every call; an installed package's function is not.
   A helper of another file that only runs a forward is not summarized (the project index
   reads files that name a gathering call).
-- A forward counts only through `model(...)`: a method of the model that runs its layers
-  (`model.generate(...)`, `model.forward_train(...)`) is not followed, nor a model wrapped
-  by accelerate or Lightning, or a strategy the file cannot read (`sharding_strategy=cfg.strategy`).
+- A forward counts through `model(...)`, or through a method of the model's class where
+  that class is found (this file or a project file); a library model's methods
+  (`model.generate(...)` of a transformers model) are not followed, nor a model wrapped by
+  accelerate or Lightning, or a strategy the file cannot read (`sharding_strategy=cfg.strategy`).
 
 ## Fix safety
 No automatic fix: the gathering call has to move before the rank test.

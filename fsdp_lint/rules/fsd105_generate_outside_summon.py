@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts import torch_api
-from fsdp_lint.facts.forward_methods import ENTRY_POINTS, class_of, project_class_of, uses_own_weights
+from fsdp_lint.facts.forward_methods import ENTRY_POINTS, model_class_method
 from fsdp_lint.facts.fsdp_modules import Origin, fsdp_modules, origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.rebinding import rebound_between
@@ -202,19 +202,12 @@ every rank has to enter it (a collective).
 
 
 def _own_weight_used(facts, origin, name: str):
-    """(```Class.method```, ``self.X``) when the module ``origin`` wraps is built from a class of this
-    file, or of another project file, whose method ``name`` computes with a weight the class
-    holds itself (``forward_methods.uses_own_weights``): on the FSDP1 root that weight is the
-    root's own."""
-    class_def = class_of(facts, origin)
-    if class_def is not None:
-        used = uses_own_weights(facts, class_def, name)
-        return (f"`{class_def.name.value}.{name}`", used) if used is not None else None
-    spec = project_class_of(facts, origin) if facts.project is not None else None
-    found = facts.project.class_method_weight(spec, name) if spec is not None else None
-    if found is None:
-        return None
-    return f"`{spec.rsplit('.', 1)[-1]}.{name}` ({found[1]})", found[0]
+    """(```Class.method```, ``self.X``) when the module ``origin`` wraps is built from a class
+    of this file, or of another project file, whose method ``name`` computes with a weight
+    the class holds itself (``forward_methods.model_class_method``): on the FSDP1 root that
+    weight is the root's own."""
+    found = model_class_method(facts, origin, name)
+    return (found["label"], found["weight"]) if found is not None and found["weight"] else None
 
 
 def _sharded(facts, wrap) -> bool:
