@@ -1,4 +1,4 @@
-"""A per-file result cache: key = content hash + fsdp-lint version + the rules in force.
+"""A per-file result cache: key = content hash + fsdp-lint version and code + the rules in force.
 
 One cache per project, as ruff keeps it: ``.fsdp_lint_cache/`` in the folder of the nearest
 ``pyproject.toml`` above the working directory (the working directory when there is
@@ -10,6 +10,7 @@ error; ``fsdp-lint clean`` removes the cache.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -28,6 +29,30 @@ CACHEDIR_TAG = (
     "# This file is a cache directory tag created by fsdp-lint.\n"
     "# For information about cache directory tags, see https://bford.info/cachedir/\n"
 )
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """What the installed fsdp-lint's own code is (``fingerprint_of`` its package folder).
+    Part of every cache key, beside the version: an editable install (or a reinstall under
+    the same version) whose code changed never reads answers the old code gave."""
+    return fingerprint_of(os.path.dirname(os.path.abspath(__file__)))
+
+
+def fingerprint_of(package: str) -> str:
+    """A digest of the path, size and modification time of each ``.py`` file below ``package``."""
+    digest = hashlib.sha256()
+    for folder, folders, files in os.walk(package):
+        folders.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                try:
+                    stat = os.stat(path)
+                except OSError:
+                    continue
+                digest.update(f"{os.path.relpath(path, package)}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def project_root(start: Optional[str] = None) -> str:
@@ -105,7 +130,7 @@ class Cache:
     @staticmethod
     def key(raw: bytes, rule_codes: Sequence[str]) -> str:
         digest = hashlib.sha256(raw)
-        digest.update(("\0" + __version__ + "\0" + ",".join(rule_codes)).encode())
+        digest.update(("\0" + __version__ + "\0" + code_fingerprint() + "\0" + ",".join(rule_codes)).encode())
         return digest.hexdigest()
 
     def _path(self, key: str) -> str:

@@ -52,6 +52,7 @@ import re
 import time
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
+from fsdp_lint.cache import code_fingerprint
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
@@ -667,7 +668,7 @@ class ProjectIndex:
             return empty
         if len(raw) > MAX_BYTES:
             return empty
-        digest = hashlib.sha256(f"{SUMMARY_VERSION}-{part}".encode() + b"\0" + raw).hexdigest()
+        digest = hashlib.sha256(f"{SUMMARY_VERSION}-{code_fingerprint()}-{part}".encode() + b"\0" + raw).hexdigest()
         stored = os.path.join(self.cache_dir, "project", digest + ".json") if self.cache_dir else None
         if stored is not None:
             try:

@@ -131,3 +131,27 @@ def test_a_changed_file_or_other_rules_miss_the_cache(project, tmp_path, monkeyp
 
     check.run_files([str(target)], check.Settings(cache=cache, overrides=Overrides(ignore=["FSD104"])))
     assert calls == [str(target)] * 3
+
+
+def test_a_change_to_fsdp_lints_own_code_misses_the_cache(tmp_path, monkeypatch):
+    """An editable install whose code changed under the same version: the fingerprint of its
+    modules differs, and so does every cache key (``cache.code_fingerprint``)."""
+    from fsdp_lint import cache
+
+    package = tmp_path / "fsdp_lint"
+    (package / "rules").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    rule = package / "rules" / "fsd001.py"
+    rule.write_text("CODE = 'FSD001'\n")
+    (package / "README.txt").write_text("not code")
+    before = cache.fingerprint_of(str(package))
+    assert cache.fingerprint_of(str(package)) == before  # stable
+    (package / "README.txt").write_text("not code, changed")
+    assert cache.fingerprint_of(str(package)) == before  # only modules count
+    rule.write_text("CODE = 'FSD001'  # edited\n")
+    after = cache.fingerprint_of(str(package))
+    assert after != before
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: before)
+    key = Cache.key(b"x = 1\n", ["FSD001"])
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: after)
+    assert Cache.key(b"x = 1\n", ["FSD001"]) != key
