@@ -10,7 +10,6 @@ error; ``fsdp-lint clean`` removes the cache.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ import tempfile
 from typing import List, Optional, Sequence
 
 from fsdp_lint import __version__
+from fsdp_lint.code_identity import code_fingerprint
 from fsdp_lint.diagnostics import Diagnostic, Edit, Fix, Location
 
 DEFAULT_DIR = ".fsdp_lint_cache"
@@ -29,30 +29,6 @@ CACHEDIR_TAG = (
     "# This file is a cache directory tag created by fsdp-lint.\n"
     "# For information about cache directory tags, see https://bford.info/cachedir/\n"
 )
-
-
-@functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """What the installed fsdp-lint's own code is (``fingerprint_of`` its package folder).
-    Part of every cache key, beside the version: an editable install (or a reinstall under
-    the same version) whose code changed never reads answers the old code gave."""
-    return fingerprint_of(os.path.dirname(os.path.abspath(__file__)))
-
-
-def fingerprint_of(package: str) -> str:
-    """A digest of the path, size and modification time of each ``.py`` file below ``package``."""
-    digest = hashlib.sha256()
-    for folder, folders, files in os.walk(package):
-        folders.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                try:
-                    stat = os.stat(path)
-                except OSError:
-                    continue
-                digest.update(f"{os.path.relpath(path, package)}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
 
 
 def project_root(start: Optional[str] = None) -> str:

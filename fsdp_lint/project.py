@@ -52,7 +52,7 @@ import re
 import time
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
-from fsdp_lint.cache import code_fingerprint
+from fsdp_lint.code_identity import code_fingerprint
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api

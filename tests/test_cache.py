@@ -136,7 +136,7 @@ def test_a_changed_file_or_other_rules_miss_the_cache(project, tmp_path, monkeyp
 def test_a_change_to_fsdp_lints_own_code_misses_the_cache(tmp_path, monkeypatch):
     """An editable install whose code changed under the same version: the fingerprint of its
     modules differs, and so does every cache key (``cache.code_fingerprint``)."""
-    from fsdp_lint import cache
+    from fsdp_lint import cache, code_identity
 
     package = tmp_path / "fsdp_lint"
     (package / "rules").mkdir(parents=True)
@@ -144,12 +144,12 @@ def test_a_change_to_fsdp_lints_own_code_misses_the_cache(tmp_path, monkeypatch)
     rule = package / "rules" / "fsd001.py"
     rule.write_text("CODE = 'FSD001'\n")
     (package / "README.txt").write_text("not code")
-    before = cache.fingerprint_of(str(package))
-    assert cache.fingerprint_of(str(package)) == before  # stable
+    before = code_identity.fingerprint_of(str(package))
+    assert code_identity.fingerprint_of(str(package)) == before  # stable
     (package / "README.txt").write_text("not code, changed")
-    assert cache.fingerprint_of(str(package)) == before  # only modules count
+    assert code_identity.fingerprint_of(str(package)) == before  # only modules count
     rule.write_text("CODE = 'FSD001'  # edited\n")
-    after = cache.fingerprint_of(str(package))
+    after = code_identity.fingerprint_of(str(package))
     assert after != before
     monkeypatch.setattr(cache, "code_fingerprint", lambda: before)
     key = Cache.key(b"x = 1\n", ["FSD001"])

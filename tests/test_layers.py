@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fsdp_lint"
 # lowest first; a module's box is the longest prefix listed here
 LAYERS = [
     ["fsdp_lint", "fsdp_lint.lazy_libcst", "fsdp_lint.diagnostics", "fsdp_lint.source", "fsdp_lint.noqa",
-     "fsdp_lint.interrupt", "fsdp_lint.notebook", "fsdp_lint.versions"],
+     "fsdp_lint.interrupt", "fsdp_lint.notebook", "fsdp_lint.versions", "fsdp_lint.code_identity"],
     ["fsdp_lint.facts", "fsdp_lint.fixes", "fsdp_lint.positions"],
     ["fsdp_lint.rules", "fsdp_lint.config", "fsdp_lint.launch", "fsdp_lint.project"],
     ["fsdp_lint.engine", "fsdp_lint.slicing", "fsdp_lint.screen"],
