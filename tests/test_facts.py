@@ -396,6 +396,12 @@ def test_model_offload_follows_the_value(code, offloads):
         ("tp_rank == 0", None),
         ("node_rank == 0", None),
         ("lora_rank == 0", None),
+        # a low-rank adapter's dimension read off its configuration, not a process rank
+        ("config.model.lora.rank > 0", None),
+        ("peft_config.rank == 0", None),
+        ("self.adapter.rank != 0", None),
+        ("self.rank == 0", "body"),
+        ("args.rank != 0", "orelse"),
         # ``world_size == 1`` is false in every run FSDP shards: the rank side decides
         ("rank == 0 or world_size == 1", "body"),
         ("rank == 0 or use_cpu", None),

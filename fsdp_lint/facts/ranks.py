@@ -84,7 +84,20 @@ def _is_rank_value(expr: cst.BaseExpression) -> bool:
         return bool(RANK_ENV.match(read[0]))
     if isinstance(expr, (cst.Call, cst.Subscript)):
         return False
-    return bool(RANK_NAME.match(_last(dotted_name(expr))))
+    dotted = dotted_name(expr)
+    return bool(RANK_NAME.match(_last(dotted))) and not _adapter_rank(dotted)
+
+
+# the owner of a ``rank`` that is a low-rank adapter's dimension, not a process's rank:
+# ``config.model.lora.rank``, ``peft_config.rank``, ``self.adapter.rank``
+_ADAPTER = re.compile(r"(^|_)(lora|qlora|dora|loha|lokr|adapter|adapters|peft|low_rank|lowrank)($|_)", re.I)
+
+
+def _adapter_rank(dotted: Optional[str]) -> bool:
+    """``dotted`` reads a ``rank`` off a low-rank adapter's configuration (a part before the
+    last one names LoRA, PEFT or an adapter): the adapter's matrix rank, the same on every
+    process."""
+    return dotted is not None and any(_ADAPTER.search(part) for part in dotted.split(".")[:-1])
 
 
 def _text_against_number(facts: ModuleFacts, test: cst.Comparison, ctx: Context, order: int) -> bool:
