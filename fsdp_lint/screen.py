@@ -1276,6 +1276,8 @@ _ANCHORS: Dict[str, Callable[[Summary, int, ast.Call], bool]] = {
         s.imports_from("transformers") or s.imports_from("trl")),
     # ``collectives.every_rank_collective`` (read wide: any group, any guard)
     "collective": lambda s, key, c: not s.qualnames(c.func).isdisjoint(DEFAULT_GROUP_COLLECTIVES),
+    # ``collectives.fsdp_training_step`` (read wide: any ``.backward()``)
+    "backward": lambda s, key, c: type(c.func) is ast.Attribute and c.func.attr == "backward",
 }
 
 

@@ -31,7 +31,7 @@ from fsdp_lint.facts.fsdp_modules import (
 )
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, ModuleFacts
-from fsdp_lint.facts.ranks import one_rank_branch
+from fsdp_lint.facts.ranks import one_rank_branch, restricted_to_some_ranks
 from fsdp_lint.facts.state_dicts import state_dict_type_set_for
 from fsdp_lint.facts.summon import summon_ids, summons_entering
 from fsdp_lint.facts.values import first_positional
@@ -369,6 +369,35 @@ def every_rank_collective(facts: ModuleFacts, site: CallSite) -> bool:
     makes it runs on every rank (where it does not hang)."""
     qualname = facts.qualname(site.node.func) or ""
     return qualname in DEFAULT_GROUP_COLLECTIVES and not on_subgroup(of_cst(site.node), qualname.rsplit(".", 1)[-1])
+
+
+def fsdp_training_step(facts: ModuleFacts, function) -> Optional[cst.Call]:
+    """The ``X.backward()`` of ``function`` (None: module level) when the function also calls
+    a module that an FSDP wrap of this file reaches (FSDP1 or FSDP2, also through the
+    callers of the function in the file: ``train_one_epoch(model, ...)``): that backward
+    reduces the gradients over every rank, so every rank runs the function, or the job
+    hangs in it.  Both calls stand under no rank test; the first such backward, or None."""
+    def compute(f: ModuleFacts):
+        found = {}
+        for site in f.calls:
+            func = site.node.func
+            if site.attr == "backward" and isinstance(func, cst.Attribute) and not f.qualname(func) \
+                    and id(site.ctx.function) not in found and not restricted_to_some_ranks(f, site.ctx):
+                found[id(site.ctx.function)] = site.node
+        steps = {}
+        for site in f.calls:  # a forward of an FSDP module in such a function
+            key = id(site.ctx.function)
+            func = site.node.func
+            if key in found and key not in steps and isinstance(func, (cst.Name, cst.Attribute)) \
+                    and not f.qualname(func) and dotted_name(func) is not None \
+                    and not restricted_to_some_ranks(f, site.ctx) \
+                    and origins_with_callers(f, func, site.ctx, site.order).wraps:
+                steps[key] = found[key]
+        return steps
+
+    if not uses_fsdp(facts):
+        return None
+    return facts.cached("fsdp_training_steps", compute).get(id(function))
 
 
 def torch_collective(facts: ModuleFacts, site: CallSite) -> Optional[Collective]:

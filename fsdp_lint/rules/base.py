@@ -149,7 +149,7 @@ class Rule:
     # a ``torch.distributed.fsdp`` API; "fsdp_wrap": wraps or shards a module, also through a
     # helper; "launched_prepare": ``prepare`` in a file an ``accelerate launch`` FSDP
     # configuration starts; "collective": a ``torch.distributed`` collective such as
-    # ``dist.barrier()``); ``gate_sites``: every finding
+    # ``dist.barrier()``; "backward": a ``.backward()`` call); ``gate_sites``: every finding
     # stands in the function (or the module-level code) of one of those calls, so the calls
     # seed the slice of a large file, whose units hold whole functions and methods (else the
     # slice keeps its whole closure).

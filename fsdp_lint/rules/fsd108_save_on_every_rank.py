@@ -10,7 +10,7 @@ from fsdp_lint.facts.helper_summary import argument
 from fsdp_lint.facts.dataflow import calls_of, sources
 from fsdp_lint.facts.helpers import helper_at, summaries
 from fsdp_lint.facts.imports import dotted_name
-from fsdp_lint.facts.collectives import every_rank_collective
+from fsdp_lint.facts.collectives import every_rank_collective, fsdp_training_step
 from fsdp_lint.facts.ranks import mentions_rank, on_every_rank_but_one, per_rank_path, restricted_to_some_ranks
 from fsdp_lint.facts.values import bind_arguments, literal_bool, literal_string
 from fsdp_lint.lazy_libcst import cst
@@ -34,7 +34,7 @@ class SaveOnEveryRank(Rule):
     gate_calls = torch_api.TORCH_SAVE | torch_api.SAFETENSORS_SAVE | {"save_pretrained"}
     gate_helper_kinds = frozenset({"saves"})
     gate_anchors = ("process_group", "fsdp_api", "fsdp_wrap", "launched_prepare", "launched_trainer",
-                    "collective")  # ``check``'s
+                    "collective", "backward")  # ``check``'s
     gate_sites = True  # the save is the finding
     doc = """\
 ## What it does
@@ -53,8 +53,10 @@ To stay precise the rule looks only at saves in the function that sets up the di
 run (the one that calls `init_process_group`, `FSDP(...)` or `fully_shard(...)`, or module
 level code that does, or shards through a helper), or in a function that makes a collective
 every rank must join on the save's path (`dist.barrier()`, `dist.all_reduce(t)` on the
-default group, under no rank test: every rank runs that function, or the job hangs there
-first; for `torch.save` and safetensors to a file name written in that function, as in
+default group, or a training step: a `.backward()` in a function that also calls a module an
+FSDP wrap of the file reaches, directly or through the function's callers in the file, whose
+gradients that backward reduces over every rank; under no rank test: every rank runs that
+function, or the job hangs there first; for `torch.save` and safetensors to a file name written in that function, as in
 `os.path.join(path, "client_state.pt")`, not to one its caller passes, and not
 `save_pretrained`, which may itself gather, as a tensor-parallel model's does): a save
 inside a helper such as
@@ -161,6 +163,9 @@ distributed checkpoint depends on what the state holds.
                 # ``dist.barrier()`` on the default group: every rank runs this function (for
                 # plain writes only: a ``save_pretrained`` there may itself gather, as a
                 # tensor-parallel model's does, and must then stay on every rank)
+                plain_anchors.setdefault(id(site.ctx.function), []).append((site.ctx, site.node))
+            elif site.attr == "backward" and fsdp_training_step(facts, site.ctx.function) is site.node:
+                # the backward of an FSDP model's loss reduces gradients over every rank
                 plain_anchors.setdefault(id(site.ctx.function), []).append((site.ctx, site.node))
         for wrap in modules.fsdp2_wraps:  # also a helper that shards, of this file or the project's
             anchors.setdefault(id(wrap.site.ctx.function), []).append(wrap.site.ctx)
