@@ -15,7 +15,11 @@
 - ``uses_own_weights(facts, class_def, name)``: for FSDP1, whose root forward alone gathers
   the weights no nested unit owns, the ``self.X`` (a ``torch.nn`` layer with weights or an
   ``nn.Parameter`` the class builds itself) that method ``name`` computes with, also through
-  its other methods and its ``forward``.
+  its other methods and its ``forward``; ``runs_forward(facts, class_def, name)``: the
+  ``self.X`` holding nested FSDP units (``unit_holders``: module classes, ``from_pretrained``
+  models, ``torch.nn`` containers) that it runs; ``model_class_method(facts, origin, name)``:
+  both, for the class a wrapped module is built from, of this file or (through the project
+  index's "classes" part) of another project file.
 - ``registered_forward_methods(facts)``: the method names this file registers with
   ``register_fsdp_forward_method``; ``None`` in the set when a name is not a literal.
 """
