@@ -24,6 +24,11 @@ file's own facts (``facts.helpers.summaries``, the facts every rule reads).
   without a word a summary can come from (``state_dict``, ``save``, ``fully_shard``,
   ``barrier``, ...) is not parsed at all; one over ``MAX_BYTES`` or that does not parse
   has no summary (unknown, not "assume the worst").
+- Two parts of a file's index are read only when a rule asks, never by the gate:
+  ``dtypes`` (what a top-level function returns a model made in: FSD113's
+  ``model = load_model(name)``) and ``classes`` (what a class's methods do with the model's
+  weights and nested units: FSD105's and FSD104's ``model.forward_train(...)``).  A cached
+  result's ``tag`` holds what they answer for the file's imports (``imported_answers``).
 - ``ProjectView.gate_kinds`` gives the gate (``engine.wanted_rules``, ``screen``) what
   the file's imported helpers do, read from the same summaries (a plain scan of the
   file's import statements, which finds every import the facts resolve); ``tag`` is what
