@@ -358,6 +358,12 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
         return None
     # and every top-level function or class they name, and what those name, which their
     # facts may follow (a helper's helper, ``class ShardedModel(FSDP)`` it returns)
+    return tree, _with_what_they_name(tree, found)
+
+
+def _with_what_they_name(tree: ast.Module, found) -> set:
+    """The top-level definitions ``found`` and every top-level function or class they name,
+    and what those name in turn."""
     named = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     kept, pending = set(found), list(found)
     while pending:
@@ -365,7 +371,7 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
             if isinstance(node, ast.Name) and node.id in named and node.id not in kept:
                 kept.add(node.id)
                 pending.append(node.id)
-    return tree, kept
+    return kept
 
 
 def _distributed_callee(text: str):
@@ -496,17 +502,11 @@ def returned_dtypes_of_text(text: str) -> Dict[str, list]:
     tree = _ast_of(text)
     if tree is None:
         return {}
-    named = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     found = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
              and _may_return_in_dtype(n, text)}
     if not found:
         return {}
-    kept, pending = set(found), list(found)
-    while pending:  # and the top-level functions and classes they name, which ``returned_in`` may follow
-        for node in ast.walk(named[pending.pop()]):
-            if isinstance(node, ast.Name) and node.id in named and node.id not in kept:
-                kept.add(node.id)
-                pending.append(node.id)
+    kept = _with_what_they_name(tree, found)  # which ``returned_in`` may follow
     try:
         kept_text = _blank_definitions(text, tree, lambda node, body: node.name in kept)
         module = cst.parse_module(kept_text)
@@ -1064,11 +1064,11 @@ class ProjectView:
         part of its file holds."""
         found = []
         for bound, spec in self._used_bindings(text):
+            path = self.index.module_file(self.path, self.root, spec)
             for part in _ASKED_PARTS:
                 answer = self.index._defined(self.path, self.root, spec, part)
                 if answer is not None:
                     found.append(f"{part}:{bound}={os.path.relpath(answer[0], self.root)}:{json.dumps(answer[1])}")
-                path = self.index.module_file(self.path, self.root, spec)
                 if path is not None:
                     relative = os.path.relpath(path, self.root)
                     found += [f"{part}:{bound}.{name}={relative}:{json.dumps(entry)}"

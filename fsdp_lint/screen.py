@@ -1117,28 +1117,25 @@ def _may_forward(s: Summary, call: ast.Call) -> bool:
         return False
     # the called module may come from a wrap of this file (``origins_with_callers``: this
     # file's calls of its function), or be the inner module of one (``root.module``)
-    prefixes = []
-    node = func
-    while type(node) is ast.Attribute:
-        prefixes.append(node)
-        node = node.value
-    prefixes.append(node)
     return s.flow("wrapped", lambda n: _is_wrapped(s, n), callers=True, unseen_callers=False).may_reach(
-        prefixes, s.call_frames[id(call)])
+        _chain(func), s.call_frames[id(call)])
 
 
 def _receiver_may_be_wrapped(s: Summary, call: ast.Call) -> bool:
     """``fsdp_modules.origins_with_callers`` of the receiver of ``call`` (``m`` of
     ``m.encode(...)``, or of ``m.module``), read wide: it, or what it is an attribute of, may
     come from a wrap of the file, also through any caller of its function."""
-    prefixes = []
-    node = call.func.value
-    while type(node) is ast.Attribute:
-        prefixes.append(node)
-        node = node.value
-    prefixes.append(node)
     return s.flow("wrapped_any_caller", lambda n: _is_wrapped(s, n), callers=True).may_reach(
-        prefixes, s.call_frames[id(call)])
+        _chain(call.func.value), s.call_frames[id(call)])
+
+
+def _chain(node: ast.AST) -> List[ast.AST]:
+    """``node`` and each value it is an attribute of: ``a.b.c``, ``a.b``, ``a``."""
+    found = [node]
+    while type(node) is ast.Attribute:
+        node = node.value
+        found.append(node)
+    return found
 
 
 def _is_wrapped(s: Summary, node: ast.AST) -> bool:

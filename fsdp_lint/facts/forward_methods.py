@@ -131,16 +131,25 @@ def _is_module_constructor(facts: ModuleFacts, value: cst.BaseExpression) -> boo
     return isinstance(value.func, cst.Attribute) and value.func.attr.value in ("from_pretrained", "from_config")
 
 
+def _self_assignments(facts: ModuleFacts, class_def: cst.ClassDef):
+    """(``X``, value) for each plain ``self.X = value`` in the methods of ``class_def``."""
+    for b in facts.bindings:
+        if b.ctx.class_def is class_def and b.kind == "assign" and b.index is None \
+                and b.target.startswith("self.") and b.target.count(".") == 1:
+            yield b.target[len("self."):], b.value
+
+
 def submodule_attrs(facts: ModuleFacts, class_def: cst.ClassDef) -> FrozenSet[str]:
     """``X`` for each ``self.X = <a module>`` in the methods of ``class_def``."""
     def compute(f):
-        return frozenset(
-            b.target[len("self."):]
-            for b in f.bindings
-            if b.ctx.class_def is class_def and b.kind == "assign" and b.index is None
-            and b.target.startswith("self.") and b.target.count(".") == 1 and _is_module_constructor(f, b.value)
-        )
+        return frozenset(attr for attr, value in _self_assignments(f, class_def) if _is_module_constructor(f, value))
     return facts.cached(("submodule_attrs", id(class_def)), compute)
+
+
+def _self_callee(func: cst.BaseExpression) -> Optional[str]:
+    """The method of the instance a call's ``func`` runs: ``X`` for ``self.X``, ``forward``
+    for ``self`` itself (``self(...)``)."""
+    return "forward" if isinstance(func, cst.Name) and func.value == "self" else _self_attr(func)
 
 
 def _self_attr(expr: cst.BaseExpression) -> Optional[str]:
@@ -205,13 +214,10 @@ def own_weights(facts: ModuleFacts, class_def: cst.ClassDef) -> FrozenSet[str]:
     nn.Parameter(...)`` in the methods of ``class_def``: weights the class holds itself."""
     def compute(f):
         found = set()
-        for b in f.bindings:
-            if b.ctx.class_def is not class_def or b.kind != "assign" or b.index is not None \
-                    or not b.target.startswith("self.") or b.target.count(".") != 1 or not isinstance(b.value, cst.Call):
-                continue
-            qualname = f.qualname(b.value.func) or ""
+        for attr, value in _self_assignments(f, class_def):
+            qualname = (f.qualname(value.func) or "") if isinstance(value, cst.Call) else ""
             if qualname in _PARAMETER or qualname.startswith("torch.nn.") and qualname.rsplit(".", 1)[-1] in OWN_WEIGHT_LAYERS:
-                found.add(b.target[len("self."):])
+                found.add(attr)
         return frozenset(found)
     return facts.cached(("own_weights", id(class_def)), compute)
 
@@ -220,19 +226,14 @@ def _self_attributes(node: cst.CSTNode):
     """Every ``self.X`` in ``node`` that computes with X (nested functions and classes
     excluded): not the receiver of a method ``torch.nn.Module`` defines
     (``self.head.parameters()``, ``self.head.train()``: no weight is computed with)."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Attribute) and isinstance(current.value, cst.Name) and current.value.value == "self":
-            yield current
-            continue
-        if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
+    def computed(current):
+        if _self_attr(current) is not None:
+            return ()  # ``self.X`` itself, not ``self``
         if isinstance(current, cst.Call) and isinstance(current.func, cst.Attribute) \
                 and current.func.attr.value in torch_api.NN_MODULE_METHODS:
-            stack.extend(reversed([arg for arg in current.args]))  # its arguments only
-            continue
-        stack.extend(reversed(current.children))  # in source order
+            return current.args  # its arguments only
+        return current.children
+    return (n for n in _nodes(node, computed) if _self_attr(n) is not None)
 
 
 def uses_own_weights(facts: ModuleFacts, class_def: cst.ClassDef, name: str, depth: int = 0) -> Optional[str]:
@@ -252,7 +253,7 @@ def uses_own_weights(facts: ModuleFacts, class_def: cst.ClassDef, name: str, dep
         if site.ctx.function is not function:
             continue
         func = site.node.func
-        callee = "forward" if isinstance(func, cst.Name) and func.value == "self" else _self_attr(func)
+        callee = _self_callee(func)
         if callee is not None and callee != name and methods_of(facts, class_def, callee):
             found = uses_own_weights(facts, class_def, callee, depth + 1)
             if found is not None:
@@ -270,10 +271,8 @@ def unit_holders(facts: ModuleFacts, class_def: cst.ClassDef) -> FrozenSet[str]:
     layer with weights of its own (``own_weights``)."""
     def compute(f):
         found = set(submodule_attrs(f, class_def)) - own_weights(f, class_def)
-        for b in f.bindings:
-            if b.ctx.class_def is class_def and b.kind == "assign" and b.index is None and b.target.startswith("self.") \
-                    and b.target.count(".") == 1 and isinstance(b.value, cst.Call) and f.qualname(b.value.func) in _CONTAINERS:
-                found.add(b.target[len("self."):])
+        found.update(attr for attr, value in _self_assignments(f, class_def)
+                     if isinstance(value, cst.Call) and f.qualname(value.func) in _CONTAINERS)
         return frozenset(found)
     return facts.cached(("unit_holders", id(class_def)), compute)
 
@@ -302,7 +301,7 @@ def runs_forward(facts: ModuleFacts, class_def: cst.ClassDef, name: str, depth: 
             func = func.value  # ``self.blocks[i](x)``
         if isinstance(func, cst.Name) and func.value in loop_names:
             return f"self.{loop_names[func.value]}"
-        callee = "forward" if isinstance(func, cst.Name) and func.value == "self" else _self_attr(func)
+        callee = _self_callee(func)
         if callee is None:
             continue
         if callee in holders:
@@ -314,15 +313,16 @@ def runs_forward(facts: ModuleFacts, class_def: cst.ClassDef, name: str, depth: 
     return None
 
 
-def _nodes(node: cst.CSTNode):
-    """Every node in ``node``, nested functions and classes excluded."""
+def _nodes(node: cst.CSTNode, children=lambda current: current.children):
+    """Every node in ``node`` in source order, nested functions and classes excluded;
+    ``children``: what of a node to walk into."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
         if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        stack.extend(reversed(current.children))
+        stack.extend(reversed(children(current)))
 
 
 def model_class_method(facts: ModuleFacts, origin: Origin, name: str) -> Optional[dict]:
@@ -344,12 +344,6 @@ def model_class_method(facts: ModuleFacts, origin: Origin, name: str) -> Optiona
     entry, place = found
     return {"label": f"`{spec.rsplit('.', 1)[-1]}.{name}` ({place})", "weight": entry.get("weight"),
             "forward": entry.get("forward")}
-
-
-def class_of(facts: ModuleFacts, origin: Origin) -> Optional[cst.ClassDef]:
-    """The class of this file the module ``origin`` wraps or shards is built from, when
-    every value it may have is one call of that class (``model = Transformer(cfg)``)."""
-    return _class_of(facts, origin)
 
 
 def in_file_method(facts: ModuleFacts, origin: Origin, name: str) -> Optional[str]:
