@@ -23,7 +23,9 @@ file's own facts (``facts.helpers.summaries``, the facts every rule reads).
   main process waits for an answer instead of computing it.  A file
   without a word a summary can come from (``state_dict``, ``save``, ``fully_shard``,
   ``barrier``, ...) is not parsed at all; one over ``MAX_BYTES`` or that does not parse
-  has no summary (unknown, not "assume the worst").
+  has no summary (unknown, not "assume the worst").  A file's cheap part, "names"
+  (``summarized_names_of_text``: the functions a summary may hold, from ``ast`` alone), is
+  read first: a module is summarized (libcst) only where an importer names one of those.
 - Two parts of a file's index are read only when a rule asks, never by the gate:
   ``dtypes`` (what a top-level function returns a model made in: FSD113's
   ``model = load_model(name)``) and ``classes`` (what a class's methods do with the model's
@@ -106,6 +108,9 @@ _GATHER_WORDS = re.compile(
 # a low-precision dtype named (``returned_dtypes_of_text``)
 _LOW_PRECISION_WORDS = re.compile(r"bfloat16|float16|\.half\(")
 _DIST_WORDS = re.compile(r"\b(?:" + "|".join(sorted(DIST_COLLECTIVES)) + r")\s*\(")
+# a file naming accelerate, Fabric or Lightning (torch's own ``torch.accelerator`` and its
+# ``current_accelerator`` are none)
+_NAMES_A_FRAMEWORK = re.compile(r"(?<!torch\.)\baccelerat|abric|lightning")
 _FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r")\s*\(")
 
 
@@ -127,7 +132,7 @@ def _may_have_summary(text: str) -> bool:
         return True
     if "torch.distributed" in text and _DIST_WORDS.search(body):
         return True
-    return ("accelerat" in text or "abric" in text or "lightning" in text) and bool(_FRAMEWORK_WORDS.search(body))
+    return bool(_NAMES_A_FRAMEWORK.search(text)) and bool(_FRAMEWORK_WORDS.search(body))
 
 
 # led by the newline before the line (the text is scanned with one put in front): the same
@@ -215,14 +220,9 @@ def _blank_definitions(text: str, tree: ast.Module, keep) -> str:
     ``keep(node, its text)`` is false turned into blank lines: every kept line keeps its
     number, and libcst parses only what is kept."""
     lines = text.splitlines(keepends=True)
-    dropped = []
-    for node in tree.body:
-        if not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        last = node.end_lineno or node.lineno
-        if not keep(node, "".join(lines[first - 1:last])):
-            dropped.append((first, last))
+    kept = {id(node) for node in _kept_definitions(text, tree, keep, lines)}
+    dropped = [_extent(node) for node in tree.body
+               if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and id(node) not in kept]
     if not dropped:
         return text
     for first, last in dropped:
@@ -231,10 +231,47 @@ def _blank_definitions(text: str, tree: ast.Module, keep) -> str:
     return "".join(lines)
 
 
+def _extent(node: ast.AST) -> Tuple[int, int]:
+    """(first, last) line of a top-level definition, its decorators included."""
+    return min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno or node.lineno
+
+
+def _kept_definitions(text: str, tree: ast.Module, keep, lines: Optional[List[str]] = None) -> List[ast.AST]:
+    """The top-level ``def``/``class`` nodes for which ``keep(node, its text)`` holds."""
+    lines = text.splitlines(keepends=True) if lines is None else lines
+    kept = []
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first, last = _extent(node)
+            if keep(node, "".join(lines[first - 1:last])):
+                kept.append(node)
+    return kept
+
+
+def _exports(text: str, package: bool) -> Dict[str, str]:
+    """What a package's ``__init__`` re-exports (the names its imports bind); {} for a module."""
+    return {bound: spec for bound, spec in _import_bindings(text) if "." not in bound} if package else {}
+
+
+def summarized_names_of_text(text: str, package: bool = False) -> dict:
+    """The cheap part of a file's summary, read before it (``ProjectIndex._defined``,
+    ``ProjectView.imported_helpers``): "functions", the top-level functions a summary may
+    hold (those ``_summarized_text`` keeps: a blanked one cannot have one), and "exports"
+    (``_exports``).  No libcst: a file whose importers name none of those functions is
+    never summarized."""
+    names: List[str] = []
+    found = _candidates(text) if _may_have_summary(text) else None
+    if found is not None:
+        tree, kept = found
+        names = sorted(n.name for n in _kept_definitions(text, tree, _summary_keeps(kept))
+                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return {"functions": names, "exports": _exports(text, package)}
+
+
 def summarize_text(text: str, package: bool = False) -> ModuleSummary:
     """The summary of one file's text (``facts.helpers.summaries`` with lines for nodes);
     ``package``: the text is a package's ``__init__`` (only those re-export, ``exports``)."""
-    exports = {bound: spec for bound, spec in _import_bindings(text) if "." not in bound} if package else {}
+    exports = _exports(text, package)
     if not _may_have_summary(text):
         return ModuleSummary({}, exports)
     kept = _summarized_text(text)
@@ -275,9 +312,14 @@ def _summarized_text(text: str) -> Optional[str]:
     if found is None:
         return None
     tree, names = found
-    # a definition kept also where it may wrap or shard a model: what the file's FSDP use is
-    # (``needs``, forwards)
-    return _blank_definitions(text, tree, lambda node, body: node.name in names or _FILE_WIDE.search(body))
+    return _blank_definitions(text, tree, _summary_keeps(names))
+
+
+def _summary_keeps(names: set) -> Callable:
+    """Which top-level definitions a summarized text keeps (``_blank_definitions``'
+    ``keep``): those ``_candidates`` names, and any that may wrap or shard a model (what
+    the file's FSDP use is: ``needs``, forwards)."""
+    return lambda node, body: node.name in names or bool(_FILE_WIDE.search(body))
 
 
 def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
@@ -296,7 +338,7 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
     if tree is None:
         return None
     distributed = _distributed_callee(text)
-    frameworks = "accelerat" in text or "abric" in text or "lightning" in text
+    frameworks = _NAMES_A_FRAMEWORK.search(text) is not None
     shows_fsdp = "fsdp" in text.lower()
     fsdp1 = "FullyShardedDataParallel" in text  # a helper may return an FSDP1 wrap (``Helper.wraps``)
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -549,8 +591,19 @@ def _load_ties(text: str) -> Dict[str, list]:
     return found
 
 
+def _load_names(text: str) -> dict:
+    found = json.loads(text)
+    if not isinstance(found, dict) or not isinstance(found.get("functions"), list) \
+            or not isinstance(found.get("exports"), dict):
+        raise ValueError("not a names part")
+    return found
+
+
 # a part of a file's index: (when unknown, computed from (path, text), read back, written)
 _PARTS = {
+    "names": ({"functions": [], "exports": {}},
+              lambda path, text: summarized_names_of_text(text, os.path.basename(path) == "__init__.py"),
+              _load_names, lambda names: json.dumps(names, sort_keys=True)),
     "summary": (EMPTY, lambda path, text: summarize_text(text, os.path.basename(path) == "__init__.py"),
                 ModuleSummary.from_json, ModuleSummary.to_json),
     "ties": ({}, lambda path, text: class_ties_of_text(text), _load_ties, lambda ties: json.dumps(ties, sort_keys=True)),
@@ -584,9 +637,11 @@ class ProjectIndex:
         self._packages: Dict[str, str] = {}
         self._modules: Dict[Tuple[str, str, str], Optional[str]] = {}
         self._reach: Dict[str, Tuple[Tuple[int, int], FrozenSet[str]]] = {}
-        # (folder of the importer, root, spec) -> what ``resolved`` found
-        self._resolved: Dict[Tuple[str, str, str], Tuple[Optional[Helper], Dict[str, Helper]]] = {}
-        # file -> (a worker's answer to come: ``summary_in_worker``, how to wait for it): ``prefetch``
+        # (folder of the importer, root, spec) -> (the helper ``resolved`` found, the module file)
+        self._resolved: Dict[Tuple[str, str, str], Tuple[Optional[Helper], Optional[str]]] = {}
+        # (file, root) -> (its summary, its functions' ``Helper``s), while the summary stands
+        self._module_helpers: Dict[Tuple[str, str], Tuple[ModuleSummary, Dict[str, Helper]]] = {}
+        # file -> (a worker's answer to come: ``parts_in_worker``, how to wait for it): ``prefetch``
         self._pending: Dict[str, Tuple[object, Callable]] = {}
         self._since = time.monotonic()
 
@@ -651,16 +706,19 @@ class ProjectIndex:
         memo = self._parts.get((path, part))
         if memo is not None and memo[0] == key:
             return memo[1]
-        pending = self._pending.pop(path, None) if part == "summary" else None
+        pending = self._pending.pop(path, None)
         if pending is not None:
             future, wait = pending
             try:
-                answered = wait(future)
+                answered = wait(future) or {}
             except Exception:  # noqa: BLE001 - the worker failed or its pool broke: computed here
-                answered = None
-            if answered is not None and answered[0] == key:
-                self._parts[(path, part)] = answered
-                return answered[1]
+                answered = {}
+            for name, memo in answered.items():
+                if memo[0] == key:
+                    self._parts[(path, name)] = memo
+            memo = self._parts.get((path, part))
+            if memo is not None and memo[0] == key:
+                return memo[1]
         found = empty if stat.st_size > MAX_BYTES else self._by_content(path, part, empty, compute, load, dump)
         self._parts[(path, part)] = (key, found)
         return found
@@ -694,15 +752,15 @@ class ProjectIndex:
         return found
 
     def prefetch(self, paths, submit, wait) -> None:
-        """Have other processes compute the summaries of ``paths`` (``submit(function, *args)``
-        gives a future, ``wait(future)`` its answer) while this one goes on: a summary asked
-        for later (``summary``) waits for the answer instead of computing it again.  The
-        command line, with workers, hands them the files its files import before linting
-        them (``imported_modules``): computed in the main process one by one, they were most
-        of the run on a large project that imports much (torch/)."""
+        """Have other processes compute what the gate reads of ``paths`` (``submit(function,
+        *args)`` gives a future, ``wait(future)`` its answer; ``parts_in_worker``) while this one
+        goes on: a part asked for later (``_part``) waits for the answer instead of computing
+        it again.  The command line, with workers, hands them the files its files import
+        before linting them (``imported_modules``): computed in the main process one by one,
+        they were most of the run on a large project that imports much (torch/)."""
         for path in paths:
-            if path not in self._pending and (path, "summary") not in self._parts:
-                self._pending[path] = (submit(summary_in_worker, self.cache_dir, path), wait)
+            if path not in self._pending and (path, "names") not in self._parts:
+                self._pending[path] = (submit(parts_in_worker, self.cache_dir, path), wait)
 
     def forget_pending(self) -> None:
         """Drop the answers still to come (their pool is gone): they are computed here if asked."""
@@ -936,11 +994,15 @@ class ProjectIndex:
         path = self.module_file(importer, root, module)
         if path is None:
             return None
-        entry = (self.summary(path).functions if part == "functions" else self._part(path, part)).get(name)
+        names = self._part(path, "names")
+        if part != "functions":
+            entry = self._part(path, part).get(name)
+        else:  # the summary only where it may hold the function
+            entry = self.summary(path).functions.get(name) if name in names["functions"] else None
         if entry is not None:
             return path, entry
         if depth < MAX_REEXPORT_DEPTH and os.path.basename(path) == "__init__.py":
-            target = self.summary(path).exports.get(name)
+            target = names["exports"].get(name)
             if target is not None:
                 return self._defined(path, root, target, part, depth + 1)
         return None
@@ -964,35 +1026,46 @@ class ProjectIndex:
         returns a module made in that dtype (``returned_dtypes_of_text``)."""
         return self._defined(importer, root, spec, "dtypes")
 
-    def resolved(self, importer: str, root: str, spec: str) -> Tuple[Optional[Helper], Dict[str, Helper]]:
+    def resolved(self, importer: str, root: str, spec: str, text: str) -> Tuple[Optional[Helper], Dict[str, Helper]]:
         """(the project function ``spec`` names, the functions of the project module it
         names) as ``importer``'s imports see them: what ``ProjectView.imported_helpers`` reads
         for every import of every file, looked up once per folder (an import resolves the
         same from every file of a folder) and kept as the index keeps its other lookups (for
-        the run; a long-lived index reads them again after ``memo_seconds``)."""
+        the run; a long-lived index reads them again after ``memo_seconds``).  The module's
+        functions only where ``text`` (the importer's) names one its summary may hold
+        (``summarized_names_of_text``): a call of one writes its name; {} otherwise, and the
+        module is not summarized."""
         key = (os.path.dirname(importer), root, spec)
         found = self._resolved.get(key)
         if found is None:
             helper = self.helper(importer, root, spec)
-            found = (helper[1] if helper is not None else None, self.module_helpers(importer, root, spec))
+            path = self.module_file(importer, root, spec)
+            found = (helper[1] if helper is not None else None, path)
             self._resolved[key] = found
-        return found
+        helper, path = found
+        if path is None or not any(name in text for name in self._part(path, "names")["functions"]):
+            return helper, {}
+        return helper, self.module_helpers(path, root)
 
-    def module_helpers(self, importer: str, root: str, module: str) -> Dict[str, Helper]:
-        path = self.module_file(importer, root, module)
-        if path is None:
-            return {}
-        relative = os.path.relpath(path, root)
-        return {name: Helper.from_json(data, relative) for name, data in self.summary(path).functions.items()}
+    def module_helpers(self, path: str, root: str) -> Dict[str, Helper]:
+        """The summaries of the functions of the project file ``path``."""
+        summary = self.summary(path)
+        memo = self._module_helpers.get((path, root))
+        if memo is None or memo[0] is not summary:
+            relative = os.path.relpath(path, root)
+            memo = (summary, {name: Helper.from_json(data, relative) for name, data in summary.functions.items()})
+            self._module_helpers[(path, root)] = memo
+        return memo[1]
 
 
-def summary_in_worker(cache_dir: Optional[str], path: str):
-    """A worker's part of ``ProjectIndex.prefetch``: (the file's stat key, its summary), or
-    None where it cannot be read."""
+def parts_in_worker(cache_dir: Optional[str], path: str) -> Dict[str, tuple]:
+    """A worker's part of ``ProjectIndex.prefetch``: part -> (the file's stat key, that part)
+    for the file's "names" and, where those name a function a summary may hold, its
+    "summary" (the gate reads it where an importer calls one); {} where it cannot be read."""
     index = ProjectIndex(cache_dir)
-    found = index.summary(path)
-    memo = index._parts.get((path, "summary"))
-    return memo if memo is not None and memo[1] is found else None
+    if index._part(path, "names")["functions"]:
+        index.summary(path)
+    return {part: memo for (_, part), memo in index._parts.items()}
 
 
 # the parts of a file's index read only when a rule asks (not by the gate): a cached
@@ -1106,7 +1179,7 @@ class ProjectView:
         if key not in self._scans:
             found: Dict[str, Helper] = {}
             for bound, spec in self._used_bindings(text):
-                helper, inner_helpers = self.index.resolved(self.path, self.root, spec)
+                helper, inner_helpers = self.index.resolved(self.path, self.root, spec, text)
                 if helper is None and not inner_helpers:
                     continue  # nothing there
                 if helper is not None:

@@ -158,10 +158,11 @@ def test_a_change_to_a_helper_invalidates_the_cached_findings(tmp_path):
     assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first
 
 
-def test_prefetched_summaries_are_used_unless_the_file_changed(tmp_path):
-    """``ProjectIndex.prefetch``: a summary another process computed is what ``summary``
-    answers (not computed again); one of a file that changed since is computed anew."""
-    from fsdp_lint.project import summary_in_worker
+def test_prefetched_parts_are_used_unless_the_file_changed(tmp_path):
+    """``ProjectIndex.prefetch``: the parts another process computed (a file's "names" and,
+    where they name a function, its "summary") are what the index answers (not computed
+    again); those of a file that changed since are computed anew."""
+    from fsdp_lint.project import parts_in_worker
 
     root = _project(tmp_path, {"pyproject.toml": "", "train.py": TRAIN, "helpers.py": HELPER, "other.py": HELPER})
     index = ProjectIndex()
@@ -177,12 +178,32 @@ def test_prefetched_summaries_are_used_unless_the_file_changed(tmp_path):
     index.prefetch([str(root / "helpers.py"), str(root / "other.py")], submit, lambda future: answers[future])
     index.prefetch([str(root / "helpers.py")], submit, lambda future: answers[future])  # asked once
     assert submitted == [str(root / "helpers.py"), str(root / "other.py")]
-    assert index.summary(str(root / "helpers.py")) is answers[str(root / "helpers.py")][1]
+    assert sorted(answers[str(root / "helpers.py")]) == ["names", "summary"]
+    assert index.summary(str(root / "helpers.py")) is answers[str(root / "helpers.py")]["summary"][1]
     assert "save_ckpt" in index.summary(str(root / "helpers.py")).functions
     # the file changes after the worker read it: its answer is stale, the summary is new
     (root / "other.py").write_text(FSDP_HEADER + "def unrelated():\n    return 1\n\n\n# longer now\n")
     assert index.summary(str(root / "other.py")).functions == {}
-    assert summary_in_worker(None, str(root / "missing.py")) is None
+    assert parts_in_worker(None, str(root / "missing.py")) == {}
+
+
+def test_a_module_is_summarized_only_where_its_importer_names_a_function_it_may_hold(tmp_path):
+    """The cheap "names" part comes first: an importer that calls none of the functions a
+    summary of the module may hold never has the module summarized (libcst is not run on
+    it), and one that calls such a function gets its summary."""
+    helper_text = ("import torch\n\n\ndef save_ckpt(model, path):\n    torch.save(model.state_dict(), path)\n"
+                   "\n\ndef unrelated_math(x):\n    return x + 1\n")
+    root = _project(tmp_path, {"pyproject.toml": "", "helpers.py": helper_text,
+                               "train.py": TRAIN, "other.py": "import helpers\n\nprint(helpers.unrelated_math(1))\n"})
+    index = ProjectIndex()
+    helpers = str(root / "helpers.py")
+    assert index._part(helpers, "names")["functions"] == ["save_ckpt"]
+    other = index.view(str(root / "other.py"))
+    assert other.imported_helpers((root / "other.py").read_text()) == {}
+    assert (helpers, "summary") not in index._parts
+    train = index.view(str(root / "train.py"))
+    assert "save_ckpt" in train.imported_helpers(TRAIN)
+    assert (helpers, "summary") in index._parts
 
 
 def test_workers_prefetching_summaries_give_the_same_findings(tmp_path):
