@@ -6,6 +6,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import sources
 from fsdp_lint.facts.fsdp_modules import method_calls_on_sharded, wrap_line
+from fsdp_lint.facts.ranks import per_rank_path
 from fsdp_lint.facts.values import first_positional
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -64,6 +65,8 @@ Or load the checkpoint before `fully_shard`.
 - The state dict must be a plain loader's result on every path (`torch.load`,
   `safetensors.torch.load_file`, an item of one); a state dict from a helper, a parameter or
   a call the file cannot see into is assumed not to be plain, and nothing is flagged.
+- A file whose path names the rank (`f"model_rank_{rank}.pt"`) is what that rank saved of
+  the sharded model, its own shards: not plain.
 
 ## Fix safety
 No automatic fix: whether every rank reads the file or rank 0 broadcasts it
@@ -94,7 +97,13 @@ def _plain(facts, expr, site) -> bool:
     while isinstance(expr, cst.Subscript):
         expr = expr.value
     if isinstance(expr, cst.Call):
-        return facts.qualname(expr.func) in PLAIN_LOADERS
+        if facts.qualname(expr.func) not in PLAIN_LOADERS:
+            return False
+        # a file each rank saved for itself (its path names the rank) holds what that rank's
+        # ``state_dict()`` held: its own DTensor shards, not full tensors
+        path = first_positional(expr)
+        at = facts.call_site(expr)
+        return path is None or at is None or not per_rank_path(facts, at, path.value)
     found = sources(facts, expr, site.ctx, site.order)
     if not found.complete or not found.found:
         return False
