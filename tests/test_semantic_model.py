@@ -990,6 +990,44 @@ def test_an_attribute_set_to_a_rank_test_in_another_function_is_one():
     assert rank_guard(facts, _call(facts, "show(state)").ctx) is None
 
 
+def test_a_method_of_the_files_own_class_decides_over_a_rank_flag_name():
+    """``self.should_save`` read where the class defines ``should_save`` (a property, below
+    its use: every method is bound when the class is made) is what the property returns,
+    not transformers' main-process flag; a property or a method called that returns a rank
+    test is one; a method read without a call is a bound method, always true."""
+    from fsdp_lint.facts.ranks import rank_guard
+
+    facts = _facts(
+        """
+        class Trainer:
+            def train(self):
+                if self.should_save:
+                    first(self.step)
+                if self.is_main:
+                    second(self.step)
+                if self.is_main_process():
+                    third(self.step)
+                if self.is_main_process:
+                    fourth(self.step)
+
+            @property
+            def should_save(self):
+                return self.step % self.every == 0 and self.step > 0
+
+            @property
+            def is_main(self):
+                return dist.get_rank() == 0
+
+            def is_main_process(self):
+                return dist.get_rank() == 0
+        """
+    )
+    assert rank_guard(facts, _call(facts, "first(self.step)").ctx) is None
+    assert rank_guard(facts, _call(facts, "second(self.step)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "third(self.step)").ctx) is not None
+    assert rank_guard(facts, _call(facts, "fourth(self.step)").ctx) is None
+
+
 def test_a_value_made_on_one_rank_makes_its_test_a_rank_test():
     from fsdp_lint.facts.ranks import rank_guard
 

@@ -41,7 +41,7 @@ from fsdp_lint.facts.processes import (
     environment_read, false_when_distributed, in_single_process_branch, integer_value as _integer, last_name as _last,
     single_process_branch, true_when_distributed,
 )
-from fsdp_lint.facts.scopes import latest_binding, lookup, module_functions
+from fsdp_lint.facts.scopes import latest_binding, lookup, methods_of, module_functions
 from fsdp_lint.facts.values import literal_string
 
 # ``node_rank`` (every process of a node), ``tp_rank``/``pp_rank`` (a sub-mesh) and
@@ -223,6 +223,14 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
         return answer
     if _is_rank_value(test):
         return "orelse"  # ``if rank:`` runs on the other ranks; ``else`` on rank 0
+    own = _own_method(facts, ctx, test.func if isinstance(test, cst.Call) else test)
+    if own is not None:
+        # ``self.should_save`` (a property) or ``self.is_main()`` of the file's own class: what
+        # it returns decides, whatever its name says (a method read without a call is a
+        # bound method, always true: no rank test)
+        if isinstance(test, cst.Call) == _is_property(own):
+            return None
+        return _returns_rank_test(facts, own, depth)
     if isinstance(test, cst.Call):
         func = test.func
         if _last(dotted_name(func)) in MAIN_FLAGS:
@@ -374,18 +382,37 @@ def _attribute_rank_test(facts: ModuleFacts, dotted: str, depth: int) -> Optiona
     return answers.pop() if bindings and len(answers) == 1 else None
 
 
-def _returned(facts: ModuleFacts, name: str):
-    """The ``return`` records (with a value) of the one function of this module named
-    ``name``; [] when the module has none or several of that name."""
-    infos = module_functions(facts, name)
-    if len(infos) != 1:
-        return []
-    return [r for r in facts.returns if r.ctx.function is infos[0].node and r.value is not None]
+def _returned(facts: ModuleFacts, function):
+    """The ``return`` records (with a value) of ``function``: the one function of this
+    module of that name, or a method's ``FunctionInfo``; [] when the module has none or
+    several of that name."""
+    if isinstance(function, str):
+        infos = module_functions(facts, function)
+        if len(infos) != 1:
+            return []
+        function = infos[0]
+    return [r for r in facts.returns if r.ctx.function is function.node and r.value is not None]
 
 
-def _returns_rank_test(facts: ModuleFacts, name: str, depth: int) -> Optional[str]:
-    answers = {one_rank_branch(r.value, facts, r.ctx, r.order, depth + 1) for r in _returned(facts, name)}
+def _returns_rank_test(facts: ModuleFacts, function, depth: int) -> Optional[str]:
+    answers = {one_rank_branch(r.value, facts, r.ctx, r.order, depth + 1) for r in _returned(facts, function)}
     return answers.pop() if len(answers) == 1 else None
+
+
+def _is_property(info) -> bool:
+    """``info``'s function is decorated ``@property`` (or ``functools.cached_property``)."""
+    return any(_last(dotted_name(d.decorator)) in ("property", "cached_property") for d in info.node.decorators)
+
+
+def _own_method(facts: Optional[ModuleFacts], ctx: Optional[Context], expr):
+    """The method ``self.name`` (``expr``) reads, where ``ctx`` stands in a method of a class of
+    this file that defines exactly one ``name``: a property is read without a call, a
+    method with one (its ``return`` values are what the test sees); None otherwise."""
+    if facts is None or ctx is None or ctx.class_def is None or not isinstance(expr, cst.Attribute) \
+            or not isinstance(expr.value, cst.Name) or expr.value.value != "self":
+        return None
+    infos = methods_of(facts, ctx.class_def, expr.attr.value)
+    return infos[0] if len(infos) == 1 else None
 
 
 def _guard_branch(facts: ModuleFacts, ctx: Context, index: int) -> Optional[str]:
