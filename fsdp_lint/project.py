@@ -976,6 +976,11 @@ class ProjectIndex:
                     name = f"{name}.{record['method']}"  # a method of the project class
                 target = target_of(record["spec"])
                 place = f"{os.path.relpath(importer, root)}:{record['line']}"
+                for data in record["args"].values():  # where a module passed was made in its dtype
+                    made = data.get("dtype")
+                    if made is not None:
+                        at = f"{os.path.relpath(importer, root)}:{made[2]}" if made[2] is not None else place
+                        data["dtype"] = [made[0], made[1], at]
                 records.append({**record, "target": os.path.normpath(target), "name": name, "place": place})
         except Exception:  # noqa: BLE001 - a file that does not parse (or a bug here): it passes nothing known
             records = []

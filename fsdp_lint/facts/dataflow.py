@@ -259,12 +259,19 @@ class ItemWrites:
     # some entry is written under an ``if`` the use does not stand under: it may be missing
     # (or hold the display's value) at the use
     conditional: bool = False
+    conditional_keys: set = field(default_factory=set)  # the keys of those writes
 
     @property
     def readable(self) -> bool:
         """Every write is read and runs whenever the use does: the dict at the use is the
         display with ``entries`` written over it."""
         return not self.opaque and not self.conditional
+
+    def readable_for(self, key: str) -> bool:
+        """``readable`` for the one entry ``key``: every write is read, and none of ``key``
+        may or may not have run (``if cpu_offload: kwargs["cpu_offload"] = ...`` leaves
+        ``kwargs["mp_policy"]`` what the display says)."""
+        return not self.opaque and key not in self.conditional_keys
 
 
 def item_writes(facts: ModuleFacts, name: str, ctx: Context, order: int) -> ItemWrites:
@@ -289,6 +296,7 @@ def item_writes(facts: ModuleFacts, name: str, ctx: Context, order: int) -> Item
                 guards = write.ctx.guards
                 if ctx.guards[:len(guards)] != guards:
                     found.conditional = True
+                    found.conditional_keys.add(key)
     for site in facts.calls:
         func = site.node.func
         if (site.ctx.function is ctx.function and isinstance(func, cst.Attribute)

@@ -5,7 +5,11 @@
 ``module_casts`` lists them once per module (FSD107: a cast after a wrap; FSD113: a cast to
 the mixed-precision policy's own ``param_dtype`` before ``fully_shard``); ``loaded_in`` says
 in which dtype a module value was loaded or cast where it was made, also inside a function
-of this file that returns it (``model = load_model(cfg)``).
+of this file that returns it (``model = load_model(cfg)``); ``module_in_dtype`` whether a
+module name holds weights in a dtype where it is used (cast before on a path that reaches,
+made so by its latest binding, or, for a parameter, passed so by every caller, in this
+file and in other project files: ``facts.callers``, whose records of other files carry it
+as ``passed_arguments``' "dtype").
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from typing import List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.dataflow import RETURNS_SELF, called_functions, sources
+from fsdp_lint.facts.callers import Passed, passed_for
+from fsdp_lint.facts.dataflow import RETURNS_SELF, called_functions, calls_of, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, Context, ModuleFacts
-from fsdp_lint.facts.scopes import latest_binding
+from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, lookup, runs_before
 
 # ``Module`` methods that cast every parameter (no arguments)
 CAST_METHODS = frozenset({"half", "bfloat16", "float", "double"})
@@ -198,3 +203,89 @@ def returned_in(facts: ModuleFacts, function, depth: int = 0) -> Optional[Tuple[
         if found is not None:
             return found
     return None
+
+
+# how many callers up a parameter's dtype is followed
+MAX_CALLERS_DEPTH = 2
+
+
+def module_in_dtype(facts: ModuleFacts, name: str, ctx: Context, order: int, dtype: str,
+                    depth: int = 0) -> Optional[Tuple[str, Optional[cst.CSTNode]]]:
+    """(words, node) when the module ``name`` holds weights in ``dtype`` where it is used at
+    ``ctx``/``order``: cast before in its function on a path that reaches, or made in that
+    dtype by its latest binding; for a parameter of the function with no binding of its own,
+    what every call of the function passes (``shard(model)`` after ``model =
+    from_config(config, dtype=torch.bfloat16)``, in this file or in another project file:
+    then ``node`` is None and ``words`` say where)."""
+    at_use = lookup(facts, name, ctx, order).bindings
+    for cast in module_casts(facts):
+        if cast.receiver != name or cast.dtype != dtype or cast.site.ctx.function is not ctx.function:
+            continue
+        if not runs_before(facts, cast.site.ctx, cast.site.done, ctx, order):
+            continue
+        # the cast's module reaches the use on some path: ``model = model.to(...)`` is the
+        # binding that reaches, or the cast is in place and a binding it acted on reaches
+        # (``model, banks = wrap_with_banks(model)`` in an exclusive branch rebinds nothing
+        # on the other path)
+        cast_ids = {id(b) for b in lookup(facts, name, cast.site.ctx, cast.site.order).bindings}
+        if not any(b.value is cast.site.node or id(b) in cast_ids for b in at_use):
+            continue
+        return f"`{facts.module.code_for_node(cast.site.node)}`", cast.site.node
+    latest = latest_binding(facts, name, ctx, order)
+    if latest is None:
+        return _passed_in_dtype(facts, name, ctx, dtype, depth)
+    found = loaded_in(facts, latest.value, latest.ctx)
+    if found is None or found[0] != dtype:
+        return None
+    node = found[1]
+    made = project_returned_dtype(facts, node.func) if not called_functions(facts, node, latest.ctx) else None
+    if made is not None:  # made so in another file of the project
+        return f"`{facts.module.code_for_node(node)}` from {made[1]}", node
+    if loaded_dtype(facts, node, latest.ctx) is not None:
+        keyword = next(a.keyword.value for a in node.args if a.keyword is not None and a.keyword.value in ("torch_dtype", "dtype"))
+        return f"`{node.func.attr.value}(..., {keyword}=...)`", node
+    return f"`{facts.module.code_for_node(node)}`", node
+
+
+def _passed_in_dtype(facts: ModuleFacts, name: str, ctx: Context, dtype: str, depth: int):
+    """The first caller's evidence when every call of ``ctx``'s function passes, for its
+    parameter ``name``, a module in ``dtype`` (precision first: one call passing anything
+    else, or a call that hides it, says nothing).  The callers ``facts.callers`` lists (this
+    file's and other project files'); for a method it cannot list, the calls of this file."""
+    if depth >= MAX_CALLERS_DEPTH:
+        return None
+    passed = passed_for(facts, name, ctx)
+    if passed is None:
+        passed = _calls_in_file(facts, name, ctx)
+    found = []
+    for call in passed or ():
+        if call.other_file:
+            known = (call.record or {}).get("dtype")
+            if not call.known or not known or known[0] != dtype:
+                return None
+            found.append((f"{known[1]} at {known[2]}", None))
+            continue
+        if not call.known or call.default or not isinstance(call.expr, cst.Name):
+            return None
+        evidence = module_in_dtype(facts, call.expr.value, call.ctx, call.order, dtype, depth + 1)
+        if evidence is None:
+            return None
+        found.append(evidence)
+    return found[0] if found else None
+
+
+def _calls_in_file(facts: ModuleFacts, name: str, ctx: Context):
+    """``callers.Passed`` of each call of ``ctx``'s function in this file (a method's
+    ``self.shard(model)``), where ``passed_for`` cannot list them; None without a function."""
+    info = function_info(facts, ctx.function) if ctx.function is not None else None
+    if info is None or name not in info.param_names:
+        return None
+    found = []
+    for call in calls_of(facts, ctx.function):
+        known, expr = argument_for(call, info, name)
+        site = facts.call_site(call)
+        if not known or site is None:
+            found.append(Passed(known=False))
+        else:
+            found.append(Passed(expr=expr, ctx=site.ctx, order=site.order))
+    return found

@@ -475,9 +475,11 @@ class Argument:
     sources: Sources = field(default_factory=Sources)  # empty: absent (the default)
 
 
-def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Dict[str, Source]]]:
-    """The dicts ``**expr`` may expand to; None when unreadable."""
-    star = _star_kwargs_of_call(facts, expr, ctx, via)
+def _dict_entries(facts: ModuleFacts, expr, ctx, order, via, key: Optional[str] = None
+                  ) -> Optional[List[Dict[str, Source]]]:
+    """The dicts ``**expr`` may expand to; None when unreadable (with ``key``: when its
+    entry is: ``dataflow.ItemWrites.readable_for``)."""
+    star = _star_kwargs_of_call(facts, expr, ctx, via, key)
     if star is not None:
         return star
     result = []
@@ -486,7 +488,7 @@ def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Di
         return None
     name = dotted_name(expr)
     written = item_writes(facts, name, ctx, order) if name is not None else ItemWrites()
-    if not written.readable:
+    if not (written.readable if key is None else written.readable_for(key)):
         return None
     for source in found.found:
         raw = dict_entries(facts, source.expr)
@@ -499,7 +501,8 @@ def _dict_entries(facts: ModuleFacts, expr, ctx, order, via) -> Optional[List[Di
     return result
 
 
-def _star_kwargs_of_call(facts: ModuleFacts, expr, ctx, via) -> Optional[List[Dict[str, Source]]]:
+def _star_kwargs_of_call(facts: ModuleFacts, expr, ctx, via, key: Optional[str] = None
+                         ) -> Optional[List[Dict[str, Source]]]:
     """``**kwargs`` of a wrapper ``def wrap(m, **kwargs): return FSDP(m, **kwargs)`` reached
     through a call ``wrap(net, cpu_offload=...)``: the call's extra keyword arguments."""
     info = function_info(facts, ctx.function) if ctx.function is not None else None
@@ -513,7 +516,7 @@ def _star_kwargs_of_call(facts: ModuleFacts, expr, ctx, via) -> Optional[List[Di
     entries: Dict[str, Source] = {}
     for arg in call.args:
         if arg.star == "**":
-            more = _dict_entries(facts, arg.value, caller.ctx, caller.order, via[:-1])
+            more = _dict_entries(facts, arg.value, caller.ctx, caller.order, via[:-1], key)
             if more is None or len(more) != 1:
                 return None
             entries.update(more[0])
@@ -543,7 +546,7 @@ def argument(facts: ModuleFacts, origin: Origin, name: str) -> Argument:
         layers.append((_stars(call), partial.ctx, partial.order, partial.via))
     for stars, ctx, order, via in layers:
         for star in stars:
-            dicts = _dict_entries(facts, star, ctx, order, via)
+            dicts = _dict_entries(facts, star, ctx, order, via, name)
             if dicts is None:
                 return Argument(False)
             for entries in dicts:

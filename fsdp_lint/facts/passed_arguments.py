@@ -13,7 +13,10 @@ from the caller's side, with the caller's own facts, this says per call and per 
   FSDP2 one (``fsdp_modules.origins_with_callers``);
 - whether it is a rank test, and which branch of ``if <it>:`` runs on one rank
   (``ranks.one_rank_branch``), and whether every value it may hold is None except values
-  made on one rank (``ranks.set_on_one_rank``).
+  made on one rank (``ranks.set_on_one_rank``);
+- for a module name, the low-precision dtype its weights are in there
+  (``dtypes.module_in_dtype``: ``model = from_pretrained(..., dtype=torch.bfloat16)`` then
+  ``apply_fsdp(model)``).
 ``fsdp_lint.project`` keeps these records per file and hands the callee's file the records
 of calls of its functions: ``ProjectView.passed`` (the FSDP modules, which
 ``fsdp_modules.origins_with_callers`` turns into ``ExternalWrap``s of a parameter) and
@@ -32,6 +35,7 @@ from typing import Dict, List, Optional, Tuple
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dataflow import sources
+from fsdp_lint.facts.dtypes import LOW_PRECISION, module_in_dtype
 from fsdp_lint.facts.fsdp_modules import origins_with_callers, wrap_config
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import ModuleFacts
@@ -58,7 +62,7 @@ def passed_arguments(facts: ModuleFacts, row, in_project=lambda spec: True) -> L
     through the imports, "line": the call's line, "open": whether ``*args``/``**kwargs``
     may pass more, "args": {"0" (position) or the keyword: what is known of that argument:
     "fsdp" (1 or 2) with "sharding" ([...] or None), "rank" ("body"/"orelse"), "one_rank"
-    (true)}} (an argument nothing is known of maps to {}).  ``row``: a node's line;
+    (true), "dtype" ([dtype, how it was made, its line or None])}} (an argument nothing is known of maps to {}).  ``row``: a node's line;
     ``in_project``: whether a spec names a function of the project (not torch's)."""
     records = []
     for site in facts.calls:
@@ -80,7 +84,7 @@ def passed_arguments(facts: ModuleFacts, row, in_project=lambda spec: True) -> L
             key = arg.keyword.value if arg.keyword is not None else str(position)
             if arg.keyword is None:
                 position += 1
-            args[key] = _argument(facts, arg.value, site)
+            args[key] = _argument(facts, arg.value, site, row)
         record = {"spec": spec, "line": row(site.node), "open": open_, "args": args}
         if method is not None:
             record["method"] = method
@@ -136,7 +140,7 @@ def _project_class(facts: ModuleFacts, func, method: str, depth: int = 0) -> Opt
     return base[0], tuple(sorted(set(base[1]) | own))
 
 
-def _argument(facts: ModuleFacts, expr, site) -> dict:
+def _argument(facts: ModuleFacts, expr, site, row) -> dict:
     data: dict = {}
     found = origins_with_callers(facts, expr, site.ctx, site.order)
     if found.wraps and found.complete and not found.plain and not found.opaque:
@@ -156,6 +160,12 @@ def _argument(facts: ModuleFacts, expr, site) -> dict:
         data["rank"] = branch
     if set_on_one_rank(facts, expr, site.ctx, site.order):
         data["one_rank"] = True
+    if isinstance(expr, cst.Name):
+        for dtype in sorted(LOW_PRECISION):
+            made = module_in_dtype(facts, expr.value, site.ctx, site.order, dtype)
+            if made is not None:
+                data["dtype"] = [dtype, made[0], row(made[1]) if made[1] is not None else None]
+                break
     return data
 
 

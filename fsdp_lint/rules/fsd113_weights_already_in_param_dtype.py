@@ -6,13 +6,11 @@ from typing import List
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.dtypes import LOW_PRECISION, loaded_dtype, loaded_in, module_casts, project_returned_dtype
+from fsdp_lint.facts.dtypes import LOW_PRECISION, module_in_dtype
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.optimizers import may_train_parameters_of
-from fsdp_lint.facts.dataflow import called_functions, calls_of
-from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, lookup, runs_before
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.values import UNKNOWN, first_positional, keyword_args
 from fsdp_lint.rules.base import FIX_NEVER, Rule
@@ -40,8 +38,9 @@ another file of the project that returns it so (`model = setup_model(cfg)` impor
 `model.py`), on a path that reaches the
 `fully_shard` without re-binding `model` (a re-binding in a branch exclusive with the
 `fully_shard`, or on another path, leaves the cast reaching it). A `fully_shard` inside a
-helper of this file that shards its parameter (`def shard(model): fully_shard(model, ...)`)
-is checked with what every call of the helper in the file passes. A layer sharded in a loop
+helper that shards its parameter (`def shard(model): fully_shard(model, ...)`) is checked
+with what every call of the helper passes, in the file and in the other files of the project
+(`apply_fsdp(model, mesh)` in `train.py` after `from_pretrained(..., torch_dtype=torch.bfloat16)`). A layer sharded in a loop
 over what is read from the cast model (`for layer in model.model.layers:`, `for block in
 find_blocks(model):`), or a submodule of it sharded by attribute or index
 (`fully_shard(model.transformer.h[i], ...)`), holds the cast weights too and is reported as
@@ -80,9 +79,10 @@ fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, re
 - The cast must be in the function that shards (or, for a helper's parameter, in every
   caller of the helper in this file) before the sharding (`.to(torch.bfloat16)`,
   `.bfloat16()`, `.half()`), or the model loaded there in a dtype the rule can read, or
-  returned so by a project function; a sharding helper called from another file, a dtype
-  chosen at run time (`"auto"`, a command-line choice, a project function's parameter) or a
-  helper called with models in different dtypes is not flagged.
+  returned so by a project function, or passed so by every call of the sharding helper (a
+  caller in another file counts where that file names FSDP, as the project's importers do);
+  a dtype chosen at run time (`"auto"`, a command-line choice, a project function's
+  parameter) or a helper called with models in different dtypes is not flagged.
 - A model no optimizer can hold is not flagged: when the function that shards it builds
   optimizers, each from the parameters of a model the rule can name, and none of them is this
   one (a frozen reference or teacher model beside the policy), its low-precision weights lose
@@ -114,12 +114,13 @@ No automatic fix: pure low-precision training can be intended (then suppress wit
             if found is None:
                 continue
             module, (words, node) = found
+            where = f"{words}, line {report.row(node)}" if node is not None else words
             if not may_train_parameters_of(facts, module, wrap.site.ctx.function, wrap.site.order):
                 continue  # a frozen reference, teacher or LoRA base model: no update to lose
             shown = wrap.wrapped or facts.module.code_for_node(_wrapped_expr(wrap.site.node))
             report(
                 wrap.site.node,
-                f"`{shown}` is already in {dtype} ({words}, line {report.row(node)}) "
+                f"`{shown}` is already in {dtype} ({where}) "
                 f"and the policy's param_dtype is {dtype}: the mixed-precision policy does nothing, the sharded "
                 "parameters, gradients and optimizer state stay low precision; keep the weights in float32 and let "
                 "`MixedPrecisionPolicy` cast for compute",
@@ -195,70 +196,10 @@ def _names_read(expr):
             yield from _names_read(arg.value)
 
 
-_MAX_CALLERS_DEPTH = 2
-
-
 def _cast_before(facts: ModuleFacts, wrap, dtype):
     """(module, evidence) for the first of ``_modules_of`` in ``dtype`` at the wrap."""
     for module in _modules_of(facts, wrap):
-        evidence = _in_dtype_at(facts, module, wrap.site.ctx, wrap.site.order, dtype)
+        evidence = module_in_dtype(facts, module, wrap.site.ctx, wrap.site.order, dtype)
         if evidence is not None:
             return module, evidence
     return None
-
-
-def _in_dtype_at(facts: ModuleFacts, name: str, ctx, order: int, dtype, depth: int = 0):
-    """(words, node) when the module ``name`` holds weights in ``dtype`` where it is used at
-    ``ctx``/``order``: cast before in its function on a path that reaches, or made in that
-    dtype by its latest binding; for a parameter of the function with no binding of its own,
-    what every call of the function in this file passes (``shard(model)`` after ``model =
-    from_config(config, dtype=torch.bfloat16)``)."""
-    at_use = lookup(facts, name, ctx, order).bindings
-    for cast in module_casts(facts):
-        if cast.receiver != name or cast.dtype != dtype or cast.site.ctx.function is not ctx.function:
-            continue
-        if not runs_before(facts, cast.site.ctx, cast.site.done, ctx, order):
-            continue
-        # the cast's module reaches the use on some path: ``model = model.to(...)`` is the
-        # binding that reaches, or the cast is in place and a binding it acted on reaches
-        # (``model, banks = wrap_with_banks(model)`` in an exclusive branch rebinds nothing
-        # on the other path)
-        cast_ids = {id(b) for b in lookup(facts, name, cast.site.ctx, cast.site.order).bindings}
-        if not any(b.value is cast.site.node or id(b) in cast_ids for b in at_use):
-            continue
-        return f"`{facts.module.code_for_node(cast.site.node)}`", cast.site.node
-    latest = latest_binding(facts, name, ctx, order)
-    if latest is None:
-        return _passed_in_dtype(facts, name, ctx, dtype, depth)
-    found = loaded_in(facts, latest.value, latest.ctx)
-    if found is None or found[0] != dtype:
-        return None
-    node = found[1]
-    made = project_returned_dtype(facts, node.func) if not called_functions(facts, node, latest.ctx) else None
-    if made is not None:  # made so in another file of the project
-        return f"`{facts.module.code_for_node(node)}` from {made[1]}", node
-    if loaded_dtype(facts, node, latest.ctx) is not None:
-        keyword = next(a.keyword.value for a in node.args if a.keyword is not None and a.keyword.value in ("torch_dtype", "dtype"))
-        return f"`{node.func.attr.value}(..., {keyword}=...)`", node
-    return f"`{facts.module.code_for_node(node)}`", node
-
-
-def _passed_in_dtype(facts: ModuleFacts, name: str, ctx, dtype, depth: int):
-    """The first caller's evidence when every call of ``ctx``'s function passes, for its
-    parameter ``name``, a module in ``dtype`` (precision first: one call passing anything
-    else, or a call the file does not show, says nothing)."""
-    info = function_info(facts, ctx.function) if ctx.function is not None else None
-    if info is None or name not in info.param_names or depth >= _MAX_CALLERS_DEPTH:
-        return None
-    calls = calls_of(facts, ctx.function)
-    found = []
-    for call in calls:
-        known, expr = argument_for(call, info, name)
-        site = facts.call_site(call)
-        if not known or site is None or not isinstance(expr, cst.Name):
-            return None
-        evidence = _in_dtype_at(facts, expr.value, site.ctx, site.order, dtype, depth + 1)
-        if evidence is None:
-            return None
-        found.append(evidence)
-    return found[0] if found else None
