@@ -25,6 +25,7 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dataflow import ItemWrites, Source, Sources, calls_of, dict_entries, item_writes, sources
+from fsdp_lint.facts.callers import passed_for
 from fsdp_lint.facts.helper_summary import Helper, argument as helper_argument, project_helper
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import Binding, CallSite, ModuleFacts
@@ -475,30 +476,75 @@ class Argument:
     sources: Sources = field(default_factory=Sources)  # empty: absent (the default)
 
 
-def _dict_entries(facts: ModuleFacts, expr, ctx, order, via, key: Optional[str] = None
+def _dict_entries(facts: ModuleFacts, expr, ctx, order, via, key: Optional[str] = None, depth: int = 0
                   ) -> Optional[List[Dict[str, Source]]]:
     """The dicts ``**expr`` may expand to; None when unreadable (with ``key``: when its
-    entry is: ``dataflow.ItemWrites.readable_for``)."""
+    entry is: ``dataflow.ItemWrites.readable_for``).  A parameter holds what every call of
+    its function in this file passes (``facts.callers``: ``shard(block, fsdp_config)``), a
+    display may spread another dict (``{**fsdp_config, "reshard_after_forward": False}``)."""
+    if depth > _MAX_DICT_DEPTH:
+        return None
     star = _star_kwargs_of_call(facts, expr, ctx, via, key)
     if star is not None:
         return star
-    result = []
     found = sources(facts, expr, ctx, order, via)
-    if not found.complete or not found.found:
+    if found.other_gaps or not (found.found or found.open_params):
         return None
     name = dotted_name(expr)
     written = item_writes(facts, name, ctx, order) if name is not None else ItemWrites()
     if not (written.readable if key is None else written.readable_for(key)):
         return None
+    dicts: List[Dict[str, Source]] = []
     for source in found.found:
-        raw = dict_entries(facts, source.expr)
+        made = _display_entries(facts, source, key, depth)
+        if made is None:
+            return None
+        dicts.extend(made)
+    for param, where in found.open_params:
+        passed = passed_for(facts, param, where)
+        if not passed:
+            return None
+        for call in passed:
+            if call.other_file or not call.known or call.expr is None:
+                return None  # another file's dict, or one the call hides: not read
+            more = _dict_entries(facts, call.expr, call.ctx, call.order, (), key, depth + 1)
+            if more is None:
+                return None
+            dicts.extend(more)
+    # ``kwargs["mp_policy"] = ...`` after the display: that entry may hold either
+    overlay = {k: Source(v, w.ctx, w.order, via) for k, (v, w) in written.entries.items()}
+    return [{**entries, **overlay} for entries in dicts]
+
+
+_MAX_DICT_DEPTH = 3
+_MAX_DICTS = 8
+
+
+def _display_entries(facts: ModuleFacts, source: Source, key: Optional[str], depth: int
+                     ) -> Optional[List[Dict[str, Source]]]:
+    """The dicts a dict display (or ``dict(k=v)``) ``source`` makes: one, or one per dict a
+    ``**other`` in it may be; None when unreadable."""
+    value = source.expr
+    if not (isinstance(value, cst.Dict) and any(isinstance(e, cst.StarredDictElement) for e in value.elements)):
+        raw = dict_entries(facts, value)
         if raw is None:
             return None
-        entries = {k: Source(v, source.ctx, source.order, source.via) for k, v in raw.items()}
-        # ``kwargs["mp_policy"] = ...`` after the display: that entry may hold either
-        entries.update({k: Source(v, w.ctx, w.order, via) for k, (v, w) in written.entries.items()})
-        result.append(entries)
-    return result
+        return [{k: Source(v, source.ctx, source.order, source.via) for k, v in raw.items()}]
+    made: List[Dict[str, Source]] = [{}]
+    for element in value.elements:
+        if isinstance(element, cst.StarredDictElement):
+            inner = _dict_entries(facts, element.value, source.ctx, source.order, source.via, key, depth + 1)
+            if inner is None:
+                return None
+            made = [{**entries, **more} for entries in made for more in inner]
+        else:
+            name = literal_string(element.key)
+            if name is None:
+                return None
+            made = [{**entries, name: Source(element.value, source.ctx, source.order, source.via)} for entries in made]
+        if len(made) > _MAX_DICTS:
+            return None
+    return made
 
 
 def _star_kwargs_of_call(facts: ModuleFacts, expr, ctx, via, key: Optional[str] = None
