@@ -476,11 +476,12 @@ class Argument:
     sources: Sources = field(default_factory=Sources)  # empty: absent (the default)
 
 
-def _dict_entries(facts: ModuleFacts, expr, ctx, order, via, key: Optional[str] = None, depth: int = 0
-                  ) -> Optional[List[Dict[str, Source]]]:
+def _dict_entries(facts: ModuleFacts, expr, ctx, order, via, key: Optional[str] = None, depth: int = 0,
+                  callers: int = 1) -> Optional[List[Dict[str, Source]]]:
     """The dicts ``**expr`` may expand to; None when unreadable (with ``key``: when its
     entry is: ``dataflow.ItemWrites.readable_for``).  A parameter holds what every call of
-    its function in this file passes (``facts.callers``: ``shard(block, fsdp_config)``), a
+    its function in this file passes (``facts.callers``: ``shard(block, fsdp_config)``; one
+    level of callers, as the slice of a large file keeps them: ``Rule.caller_levels``), a
     display may spread another dict (``{**fsdp_config, "reshard_after_forward": False}``)."""
     if depth > _MAX_DICT_DEPTH:
         return None
@@ -488,7 +489,7 @@ def _dict_entries(facts: ModuleFacts, expr, ctx, order, via, key: Optional[str] 
     if star is not None:
         return star
     found = sources(facts, expr, ctx, order, via)
-    if found.other_gaps or not (found.found or found.open_params):
+    if found.other_gaps or not (found.found or found.open_params) or (found.open_params and not callers):
         return None
     name = dotted_name(expr)
     written = item_writes(facts, name, ctx, order) if name is not None else ItemWrites()
@@ -496,7 +497,7 @@ def _dict_entries(facts: ModuleFacts, expr, ctx, order, via, key: Optional[str] 
         return None
     dicts: List[Dict[str, Source]] = []
     for source in found.found:
-        made = _display_entries(facts, source, key, depth)
+        made = _display_entries(facts, source, key, depth, callers)
         if made is None:
             return None
         dicts.extend(made)
@@ -507,7 +508,7 @@ def _dict_entries(facts: ModuleFacts, expr, ctx, order, via, key: Optional[str] 
         for call in passed:
             if call.other_file or not call.known or call.expr is None:
                 return None  # another file's dict, or one the call hides: not read
-            more = _dict_entries(facts, call.expr, call.ctx, call.order, (), key, depth + 1)
+            more = _dict_entries(facts, call.expr, call.ctx, call.order, (), key, depth + 1, callers - 1)
             if more is None:
                 return None
             dicts.extend(more)
@@ -520,7 +521,7 @@ _MAX_DICT_DEPTH = 3
 _MAX_DICTS = 8
 
 
-def _display_entries(facts: ModuleFacts, source: Source, key: Optional[str], depth: int
+def _display_entries(facts: ModuleFacts, source: Source, key: Optional[str], depth: int, callers: int
                      ) -> Optional[List[Dict[str, Source]]]:
     """The dicts a dict display (or ``dict(k=v)``) ``source`` makes: one, or one per dict a
     ``**other`` in it may be; None when unreadable."""
@@ -533,7 +534,7 @@ def _display_entries(facts: ModuleFacts, source: Source, key: Optional[str], dep
     made: List[Dict[str, Source]] = [{}]
     for element in value.elements:
         if isinstance(element, cst.StarredDictElement):
-            inner = _dict_entries(facts, element.value, source.ctx, source.order, source.via, key, depth + 1)
+            inner = _dict_entries(facts, element.value, source.ctx, source.order, source.via, key, depth + 1, callers)
             if inner is None:
                 return None
             made = [{**entries, **more} for entries in made for more in inner]

@@ -6,7 +6,7 @@ from typing import List
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.dtypes import LOW_PRECISION, module_in_dtype
+from fsdp_lint.facts.dtypes import LOW_PRECISION, MAX_CALLERS_DEPTH, module_in_dtype
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
@@ -24,6 +24,7 @@ class WeightsAlreadyInParamDtype(Rule):
     markers = (("MixedPrecisionPolicy",), ("fully_shard",))
     gate_facts = ("fsdp2_wrap",)
     gate_calls = frozenset({"MixedPrecisionPolicy"})
+    caller_levels = MAX_CALLERS_DEPTH  # a helper's parameter: its callers' callers may load the model
     doc = """\
 ## What it does
 Checks for `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=D))` with `D`
