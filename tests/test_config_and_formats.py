@@ -185,6 +185,7 @@ def test_cache_warm_run_gives_the_same_answer(cli, project):
     assert cli("clean", cwd=project).returncode == 0 and not (project / ".fsdp_lint_cache").exists()
 
 
+@pytest.mark.slow  # CI runs it; the everyday lane's gate differential runs the fixtures with workers too
 def test_parallel_output_identical_to_serial(cli):
     serial = cli("check", "--format", "json", "--no-cache", "-j", "1", FIXTURES).stdout
     parallel = cli("check", "--format", "json", "--no-cache", "-j", "2", FIXTURES).stdout

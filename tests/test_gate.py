@@ -137,6 +137,7 @@ def test_generated_modules_same_with_and_without_the_gate(tmp_path):
     assert _run([tmp_path]) == whole
 
 
+@pytest.mark.slow  # CI runs it; the everyday lane keeps the fixtures' and generated modules' differentials
 def test_mutated_fixtures_same_with_and_without_the_gate(tmp_path):
     """Two mutants of every fixture (``tests/mutated_fixtures.py``: literals swapped in,
     keywords dropped or passed by position or through ``**``, comparisons flipped, tests
