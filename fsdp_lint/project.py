@@ -322,6 +322,7 @@ def _summary_keeps(names: set) -> Callable:
     return lambda node, body: node.name in names or bool(_FILE_WIDE.search(body))
 
 
+@functools.lru_cache(maxsize=8)
 def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
     """A cheap ``ast`` look before libcst (``facts.helpers`` asks more): the module's
     ``ast`` and the top-level functions a summary may come from, with every top-level
@@ -333,7 +334,8 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
     file that does; or, in a file naming ``FullyShardedDataParallel``, returns a value (it
     may return an FSDP1 wrap); or gathers a DTensor in a loop over its parameter's
     parameters; or, in a file naming ``ShardingStrategy``, returns a member (it may choose
-    the strategy: ``Helper.strategies``)."""
+    the strategy: ``Helper.strategies``).  Kept for the last texts asked: a file's "names"
+    part and then its summary read it in turn (callers never change what it hands back)."""
     tree = _ast_of(text)
     if tree is None:
         return None
@@ -637,8 +639,9 @@ class ProjectIndex:
         self._packages: Dict[str, str] = {}
         self._modules: Dict[Tuple[str, str, str], Optional[str]] = {}
         self._reach: Dict[str, Tuple[Tuple[int, int], FrozenSet[str]]] = {}
-        # (folder of the importer, root, spec) -> (the helper ``resolved`` found, the module file)
-        self._resolved: Dict[Tuple[str, str, str], Tuple[Optional[Helper], Optional[str]]] = {}
+        # (folder of the importer, root, spec) -> (the helper ``resolved`` found, the module
+        # file, the functions its summary may hold)
+        self._resolved: Dict[Tuple[str, str, str], Tuple[Optional[Helper], Optional[str], Tuple[str, ...]]] = {}
         # (file, root) -> (its summary, its functions' ``Helper``s), while the summary stands
         self._module_helpers: Dict[Tuple[str, str], Tuple[ModuleSummary, Dict[str, Helper]]] = {}
         # file -> (a worker's answer to come: ``parts_in_worker``, how to wait for it): ``prefetch``
@@ -1045,10 +1048,11 @@ class ProjectIndex:
         if found is None:
             helper = self.helper(importer, root, spec)
             path = self.module_file(importer, root, spec)
-            found = (helper[1] if helper is not None else None, path)
+            names = tuple(self._part(path, "names")["functions"]) if path is not None else ()
+            found = (helper[1] if helper is not None else None, path, names)
             self._resolved[key] = found
-        helper, path = found
-        if path is None or not any(name in text for name in self._part(path, "names")["functions"]):
+        helper, path, names = found
+        if path is None or not any(name in text for name in names):
             return helper, {}
         return helper, self.module_helpers(path, root)
 

@@ -60,6 +60,30 @@ def passed_for(facts: ModuleFacts, name: str, ctx: Context) -> Optional[List[Pas
         calls = [site.node for site in calls_by_callee_name(facts).get((False, public), ())]
     else:
         return None
+    found = _passed_by(facts, info, name, calls, ctx)
+    project = facts.project
+    if project is not None and project.callers:
+        default = _default_of(info, name)
+        for record in project.arguments(public, tuple(params), name):
+            if record is None:
+                found.append(Passed(expr=default, ctx=ctx, default=True, other_file=True))
+            else:
+                found.append(Passed(known=not record.get("open", False), record=record, other_file=True))
+    return found
+
+
+def passed_in_file(facts: ModuleFacts, name: str, ctx: Context) -> Optional[List[Passed]]:
+    """Each call of the function ``ctx`` stands in that this file makes (``dataflow.calls_of``:
+    any function, a method's ``self.shard(model)`` too), with what it passes for its parameter
+    ``name``; None without such a function.  For a function ``passed_for`` cannot list."""
+    info = function_info(facts, ctx.function) if ctx.function is not None else None
+    if info is None or name not in info.param_names:
+        return None
+    return _passed_by(facts, info, name, calls_of(facts, info.node), ctx)
+
+
+def _passed_by(facts: ModuleFacts, info, name: str, calls, ctx: Context) -> List[Passed]:
+    """What each of ``calls`` (of the function ``info``) passes for its parameter ``name``."""
     found = []
     for call in calls:
         known, expr = argument_for(call, info, name)
@@ -70,14 +94,6 @@ def passed_for(facts: ModuleFacts, name: str, ctx: Context) -> Optional[List[Pas
             found.append(Passed(expr=expr, ctx=ctx, default=True))
         else:
             found.append(Passed(expr=expr, ctx=site.ctx, order=site.order))
-    project = facts.project
-    if project is not None and project.callers:
-        default = _default_of(info, name)
-        for record in project.arguments(public, tuple(params), name):
-            if record is None:
-                found.append(Passed(expr=default, ctx=ctx, default=True, other_file=True))
-            else:
-                found.append(Passed(known=not record.get("open", False), record=record, other_file=True))
     return found
 
 

@@ -19,11 +19,11 @@ from typing import List, Optional, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
-from fsdp_lint.facts.callers import Passed, passed_for
-from fsdp_lint.facts.dataflow import RETURNS_SELF, called_functions, calls_of, sources
+from fsdp_lint.facts.callers import passed_for, passed_in_file
+from fsdp_lint.facts.dataflow import RETURNS_SELF, called_functions, sources
 from fsdp_lint.facts.imports import dotted_name
 from fsdp_lint.facts.model import CallSite, Context, ModuleFacts
-from fsdp_lint.facts.scopes import argument_for, function_info, latest_binding, lookup, runs_before
+from fsdp_lint.facts.scopes import latest_binding, lookup, runs_before
 
 # ``Module`` methods that cast every parameter (no arguments)
 CAST_METHODS = frozenset({"half", "bfloat16", "float", "double"})
@@ -256,7 +256,7 @@ def _passed_in_dtype(facts: ModuleFacts, name: str, ctx: Context, dtype: str, de
         return None
     passed = passed_for(facts, name, ctx)
     if passed is None:
-        passed = _calls_in_file(facts, name, ctx)
+        passed = passed_in_file(facts, name, ctx)
     found = []
     for call in passed or ():
         if call.other_file:
@@ -272,20 +272,3 @@ def _passed_in_dtype(facts: ModuleFacts, name: str, ctx: Context, dtype: str, de
             return None
         found.append(evidence)
     return found[0] if found else None
-
-
-def _calls_in_file(facts: ModuleFacts, name: str, ctx: Context):
-    """``callers.Passed`` of each call of ``ctx``'s function in this file (a method's
-    ``self.shard(model)``), where ``passed_for`` cannot list them; None without a function."""
-    info = function_info(facts, ctx.function) if ctx.function is not None else None
-    if info is None or name not in info.param_names:
-        return None
-    found = []
-    for call in calls_of(facts, ctx.function):
-        known, expr = argument_for(call, info, name)
-        site = facts.call_site(call)
-        if not known or site is None:
-            found.append(Passed(known=False))
-        else:
-            found.append(Passed(expr=expr, ctx=site.ctx, order=site.order))
-    return found
