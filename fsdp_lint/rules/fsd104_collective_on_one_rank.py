@@ -57,7 +57,9 @@ comparison of a variable that holds the process's rank whatever its name (`ddp_r
 int(os.environ["RANK"])`, then `ddp_rank == 0`; a group's or mesh dimension's rank, such as
 `mesh.get_local_rank("tp")`, is not one), a variable
 or attribute assigned one (`is_main = dist.get_rank() == 0`, `self._is_rank_zero = ...`), a
-function of this file returning one, the rest of a block after `if rank != 0: return`,
+function of this file returning one (a property or method of the file's own class too:
+`self.should_save` is what that property returns, whatever its name says), the rest of a
+block after `if rank != 0: return`,
 functions decorated with `@rank_zero_only` / `@accelerator.on_main_process`, and a test of a
 value that exists on one rank only (`evaluator = build() if rank == 0 else None`, then `if
 evaluator is not None:`). A parameter read on its own holds what its function's callers pass:
