@@ -66,7 +66,8 @@ from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.dtensors import GATHERS as _DTENSOR_GATHERS
 from fsdp_lint.facts.dtypes import returned_in
 from fsdp_lint.facts.forward_methods import OWN_WEIGHT_LAYERS, runs_forward, uses_own_weights
-from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS
+from fsdp_lint.facts.call_shape import of_ast
+from fsdp_lint.facts.collectives import DIST_COLLECTIVES, FSDP_OPTIM_STATE, LIBRARY_GATHERS, on_subgroup
 from fsdp_lint.facts.frameworks import ALWAYS, WITH_FSDP, WITH_FSDP_METHODS
 from fsdp_lint.facts.helper_summary import Helper, kinds_of
 from fsdp_lint.facts.helpers import summaries
@@ -101,17 +102,35 @@ _WITH_FSDP_ONLY = WITH_FSDP_METHODS - frozenset().union(*ALWAYS.values()) - DIST
 # those named like ``torch.distributed``'s do, only in a file naming a framework
 # (``frameworks.framework_collective`` reads the receiver: ``json.load`` is none)
 _FRAMEWORK_ONLY = frozenset().union(*ALWAYS.values()) - DIST_COLLECTIVES
-_GATHER_WORDS = re.compile(
+
+
+class _Words:
+    """A pattern searched for only where one of its literal pieces occurs (every match holds
+    one): ``re`` scans a text slowly for an alternation or a look-behind, ``in`` fast for a
+    piece, and most files hold none."""
+
+    def __init__(self, pattern: str, pieces) -> None:
+        self.regex = re.compile(pattern)
+        self.pieces = tuple(sorted(set(pieces)))
+
+    def search(self, text: str):
+        return self.regex.search(text) if any(piece in text for piece in self.pieces) else None
+
+
+_STATE_DICT_FUNCTIONS = sorted(n for n in _SUMMARY_CALLS if n.endswith("state_dict") and n != "state_dict")
+_GATHER_WORDS = _Words(
     r"summon_full_params|fully_shard|\.state_dict\(\s*\)|torch\.save\s*\(|save_file\s*\(|\.full_tensor\(|"
-    r"\.redistribute\(|" + "|".join(sorted(n for n in _SUMMARY_CALLS if n.endswith("state_dict") and n != "state_dict"))
+    r"\.redistribute\(|" + "|".join(_STATE_DICT_FUNCTIONS),
+    ("summon_full_params", "fully_shard", "state_dict", "torch.save", "save_file", ".full_tensor(", ".redistribute("),
 )
 # a low-precision dtype named (``returned_dtypes_of_text``)
-_LOW_PRECISION_WORDS = re.compile(r"bfloat16|float16|\.half\(")
-_DIST_WORDS = re.compile(r"\b(?:" + "|".join(sorted(DIST_COLLECTIVES)) + r")\s*\(")
-# a file naming accelerate, Fabric or Lightning (torch's own ``torch.accelerator`` and its
-# ``current_accelerator`` are none)
-_NAMES_A_FRAMEWORK = re.compile(r"(?<!torch\.)\baccelerat|abric|lightning")
-_FRAMEWORK_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r")\s*\(")
+_LOW_PRECISION_WORDS = _Words(r"bfloat16|float16|\.half\(", ("float16", ".half("))
+_DIST_WORDS = _Words(r"\b(?:" + "|".join(sorted(DIST_COLLECTIVES)) + r")\s*\(", DIST_COLLECTIVES)
+# a file naming accelerate, Fabric, Lightning or HF's trainers (``frameworks.framework_of``;
+# torch's own ``torch.accelerator`` and its ``current_accelerator`` are none)
+_NAMES_A_FRAMEWORK = _Words(r"(?<!torch\.)\baccelerat|abric|lightning|transformers|\btrl\b",
+                            ("accelerat", "abric", "lightning", "transformers", "trl"))
+_FRAMEWORK_WORDS = _Words(r"\b(?:" + "|".join(sorted(_FRAMEWORK_CALLS)) + r")\s*\(", _FRAMEWORK_CALLS)
 
 
 # a top-level ``def`` starts a line (a form feed may come first)
@@ -125,8 +144,8 @@ def _may_have_summary(text: str) -> bool:
     first = _TOP_LEVEL_DEF.search(text)
     if first is None:
         return False
-    if "FullyShardedDataParallel" in text or "ShardingStrategy" in text:
-        return True
+    if "FullyShardedDataParallel" in text or "ShardingStrategy" in text or "fully_shard" in text:
+        return True  # (imported under another name: ``fully_shard as shard``)
     body = text[first.start():]
     if _GATHER_WORDS.search(body):
         return True
@@ -262,8 +281,8 @@ def summarized_names_of_text(text: str, package: bool = False) -> dict:
     names: List[str] = []
     found = _candidates(text) if _may_have_summary(text) else None
     if found is not None:
-        tree, kept = found
-        names = sorted(n.name for n in _kept_definitions(text, tree, _summary_keeps(kept))
+        tree, kept, holders = found
+        names = sorted(n.name for n in _kept_definitions(text, tree, _summary_keeps(holders))
                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     return {"functions": names, "exports": _exports(text, package)}
 
@@ -311,7 +330,7 @@ def _summarized_text(text: str) -> Optional[str]:
     found = _candidates(text)
     if found is None:
         return None
-    tree, names = found
+    tree, names, _ = found
     return _blank_definitions(text, tree, _summary_keeps(names))
 
 
@@ -323,10 +342,12 @@ def _summary_keeps(names: set) -> Callable:
 
 
 @functools.lru_cache(maxsize=8)
-def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
+def _candidates(text: str) -> Optional[Tuple[ast.Module, set, set]]:
     """A cheap ``ast`` look before libcst (``facts.helpers`` asks more): the module's
-    ``ast`` and the top-level functions a summary may come from, with every top-level
-    function they name (None: none may have one).  Such a function: some top-level
+    ``ast``, the top-level functions a summary may come from with every top-level
+    function they name (what a summarized text keeps), and those functions alone (what
+    a "names" part lists: an importer naming only a function they name needs no summary)
+    (None: none may have one).  Such a function: some top-level
     function calls, on every call (in its body or a ``with`` block, not under an ``if``,
     loop, ``try`` or short-circuit), one of ``_SUMMARY_CALLS`` (``torch.distributed``'s only
     in a file naming it, ``state_dict()`` only on one of its parameters, a save only as
@@ -340,15 +361,20 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
     if tree is None:
         return None
     distributed = _distributed_callee(text)
+    # a framework's call (``accelerator.reduce``) is a method whose callee no import names
+    # (``frameworks.framework_collective``): not ``functools.reduce`` or ``torch.gather``
     frameworks = _NAMES_A_FRAMEWORK.search(text) is not None
+    framework_call = _framework_callee(text)
     shows_fsdp = "fsdp" in text.lower()
     fsdp1 = "FullyShardedDataParallel" in text  # a helper may return an FSDP1 wrap (``Helper.wraps``)
+    wraps_here = fsdp1 or "fully_shard" in text  # a module of the file may be sharded
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     calls: Dict[str, set] = {}
     found = set()
-    skipped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.If, ast.For, ast.AsyncFor,
-               ast.While, ast.Try, ast.IfExp, ast.BoolOp, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-    skipped += tuple(getattr(ast, n) for n in ("TryStar", "Match") if hasattr(ast, n))
+    bindings = dict(_import_bindings(text))
+    # another function's code (a branch, loop or handler is looked into: the summary's own
+    # walk decides what runs on every call, ``helpers._always_reached``)
+    skipped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
     for name, function in functions.items():
         args = function.args
         params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
@@ -368,24 +394,30 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
             if isinstance(node, ast.Call):
                 func = node.func
                 last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if isinstance(func, ast.Name) and func.id in bindings:  # ``fully_shard as shard``
+                    last = bindings[func.id].rpartition(".")[2]
                 root = func
                 while isinstance(root, ast.Attribute):
                     root = root.value
                 root = root.id if isinstance(root, ast.Name) else None
-                if last == "state_dict":
-                    if root in params:
+                if isinstance(func, ast.Name) and func.id in params:
+                    if wraps_here:  # the forward of a module it is passed, which a caller here wraps
+                        found.add(name)
+                elif last in ("state_dict", "load_state_dict"):
+                    if root in params or wraps_here:  # a parameter's, or one the file may wrap
                         found.add(name)
                 elif last == "save":
-                    if root == "torch":
+                    if bindings.get(root, root) == "torch":
                         found.add(name)
                 elif last in DIST_COLLECTIVES:
-                    if distributed(func) or (last in _FRAMEWORK_CALLS and frameworks):
+                    if (distributed(func) and not on_subgroup(of_ast(node), last)) \
+                            or (last in _FRAMEWORK_CALLS and frameworks and framework_call(func)):
                         found.add(name)
                 elif last in _WITH_FSDP_ONLY:
-                    if shows_fsdp:  # ``frameworks.framework_collective``: only where the file shows FSDP
+                    if shows_fsdp and framework_call(func):  # ``framework_collective``: where the file shows FSDP
                         found.add(name)
                 elif last in _FRAMEWORK_ONLY:
-                    if frameworks:
+                    if frameworks and framework_call(func):
                         found.add(name)
                 elif last in _SUMMARY_CALLS:
                     found.add(name)
@@ -402,7 +434,7 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set]]:
         return None
     # and every top-level function or class they name, and what those name, which their
     # facts may follow (a helper's helper, ``class ShardedModel(FSDP)`` it returns)
-    return tree, _with_what_they_name(tree, found)
+    return tree, _with_what_they_name(tree, found), found
 
 
 def _with_what_they_name(tree: ast.Module, found) -> set:
@@ -443,6 +475,27 @@ def _distributed_callee(text: str):
                 return ".".join([spec, *parts[end:]]).startswith("torch.distributed.")
         return starred
     return distributed
+
+
+def _framework_callee(text: str):
+    """Whether a call may be a framework's method as ``frameworks.framework_collective``
+    reads it: an attribute call whose dotted callee no import of the file names (the facts
+    give it no qualified name), so its receiver decides (``framework_of``)."""
+    bindings = dict(_import_bindings(text))
+
+    def framework_call(func: ast.expr) -> bool:
+        if not isinstance(func, ast.Attribute):
+            return False
+        parts = []
+        while isinstance(func, ast.Attribute):
+            parts.append(func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name):
+            return True  # ``make_accelerator().reduce``: a value, not a name an import binds
+        parts.append(func.id)
+        parts.reverse()
+        return not any(".".join(parts[:end]) in bindings for end in range(1, len(parts)))
+    return framework_call
 
 
 def _parameter_loop(loop: ast.For, params) -> bool:
@@ -614,6 +667,13 @@ _PARTS = {
     "classes": ({}, lambda path, text: class_methods_of_text(text), _load_ties,
                 lambda classes: json.dumps(classes, sort_keys=True)),
 }
+
+
+def _occurs_twice(text: str, piece: str) -> bool:
+    """``piece`` occurs at least twice in ``text`` (a name used beyond its import), found
+    without counting every occurrence."""
+    first = text.find(piece)
+    return first >= 0 and text.find(piece, first + 1) >= 0
 
 
 class ProjectIndex:
@@ -1041,8 +1101,8 @@ class ProjectIndex:
         same from every file of a folder) and kept as the index keeps its other lookups (for
         the run; a long-lived index reads them again after ``memo_seconds``).  The module's
         functions only where ``text`` (the importer's) names one its summary may hold
-        (``summarized_names_of_text``): a call of one writes its name; {} otherwise, and the
-        module is not summarized."""
+        (``summarized_names_of_text``): a call of one through the module writes ``.name``;
+        {} otherwise, and the module is not summarized."""
         key = (os.path.dirname(importer), root, spec)
         found = self._resolved.get(key)
         if found is None:
@@ -1052,7 +1112,7 @@ class ProjectIndex:
             found = (helper[1] if helper is not None else None, path, names)
             self._resolved[key] = found
         helper, path, names = found
-        if path is None or not any(name in text for name in names):
+        if path is None or not any("." + name in text for name in names):
             return helper, {}
         return helper, self.module_helpers(path, root)
 
@@ -1177,7 +1237,7 @@ class ProjectView:
         key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         found = self._bindings.get(key)
         if found is None:
-            found = self._bindings[key] = [(b, spec) for b, spec in _import_bindings(text) if text.count(b) > 1]
+            found = self._bindings[key] = [(b, spec) for b, spec in _import_bindings(text) if _occurs_twice(text, b)]
         return found
 
     def imported_helpers(self, text: str) -> Dict[str, Helper]:
@@ -1247,7 +1307,7 @@ class ProjectView:
         if self.callers and "def " in text and self.index.importers(os.path.normpath(self.path), self.root):
             found[PASSED] = frozenset({"wraps"})
         for name, helper in self.imported_helpers(text).items():
-            if helper.kinds and text.count(name.rsplit(".", 1)[-1]) > 1:
+            if helper.kinds and _occurs_twice(text, name.rsplit(".", 1)[-1]):
                 found[name] = frozenset(helper.kinds)
         for bound, spec in self._used_bindings(text):
             if bound not in found and self._names_project_file(spec):

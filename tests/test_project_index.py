@@ -603,3 +603,31 @@ def test_a_function_of_another_file_that_returns_a_bf16_model(tmp_path):
     assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == []
     (root / "modeling.py").write_text(MODELING)
     assert _cli("--cache-dir", str(cache), "train.py", cwd=root) == first
+
+
+def _fixture_texts():
+    for path in sorted((ROOT / "fixtures").rglob("*.py")):
+        yield str(path.relative_to(ROOT)), path.read_text(encoding="utf-8", errors="replace")
+
+
+@pytest.mark.slow
+def test_the_cheap_screens_never_drop_a_summary(monkeypatch):
+    """What the "names" part and the blanked text keep (``_may_have_summary``,
+    ``_candidates``: hand-written ``ast`` screens in front of libcst) loses no summary: on
+    every fixture file, each function the whole text summarizes is listed in the file's
+    "names" part, and the summary from the screened text is the same."""
+    import fsdp_lint.project as project
+
+    screened = {}
+    for name, text in _fixture_texts():
+        screened[name] = (summarize_text(text).functions, project.summarized_names_of_text(text)["functions"])
+    monkeypatch.setattr(project, "_may_have_summary", lambda text: True)
+    monkeypatch.setattr(project, "_summarized_text", lambda text: text)
+    compared = 0
+    for name, text in _fixture_texts():
+        whole = summarize_text(text).functions
+        functions, names = screened[name]
+        assert functions == whole, name
+        assert set(whole) <= set(names), name
+        compared += bool(whole)
+    assert compared > 50  # files with helpers a summary holds were compared
