@@ -1086,17 +1086,17 @@ def _fsd104(s: Summary) -> Iterator[ast.AST]:
 
 
 def _presence_tested(test: ast.AST) -> List[ast.AST]:
-    """The values whose presence ``test`` asks (``ranks.one_rank_branch`` then asks
-    ``set_on_one_rank``): a name or attribute tested on its own (``if model:``), or against
-    None with ``is``/``is not``, through ``not``/``and``/``or``."""
+    """The values ``test`` asks about whose rank-made bindings ``ranks.one_rank_branch``
+    reads: a name or attribute tested on its own (``if model:``) or against None
+    (``set_on_one_rank``), or compared (``loss < best``: a value one rank updates,
+    ``_compares_a_value_one_rank_updates``), through ``not``/``and``/``or``."""
     kind = type(test)
     if kind is ast.BoolOp:
         return [n for value in test.values for n in _presence_tested(value)]
     if kind is ast.UnaryOp and type(test.op) is ast.Not:
         return _presence_tested(test.operand)
-    if kind is ast.Compare and len(test.ops) == 1 and type(test.ops[0]) in (ast.Is, ast.IsNot):
-        right = test.comparators[0]
-        return [test.left] if type(right) is ast.Constant and right.value is None else []
+    if kind is ast.Compare:
+        return [n for n in (test.left, *test.comparators) if type(n) in (ast.Name, ast.Attribute)]
     return [test] if kind in (ast.Name, ast.Attribute) else []
 
 

@@ -1058,6 +1058,57 @@ def test_a_value_made_on_one_rank_makes_its_test_a_rank_test():
     assert rank_guard(facts, _call(facts, "fourth(batch)").ctx) is None
 
 
+def test_a_comparison_with_a_value_one_rank_updates_is_a_rank_test():
+    """``ranks._compares_a_value_one_rank_updates``: a name that reaches the test both as
+    a value every rank binds and as one rank 0 binds again (also around a loop) makes the
+    ranks take different branches; a value every rank updates, one every rank binds again
+    after the update (a broadcast), or one no rank updates before the test, does not."""
+    from fsdp_lint.facts.ranks import rank_guard
+
+    facts = _facts(
+        """
+        def fit(loader, epochs, rank):
+            best = float("inf")
+            shared = float("inf")
+            synced = float("inf")
+            for epoch in range(epochs):
+                loss = evaluate(loader)
+                if loss < best:
+                    first(loss)
+                if loss < shared:
+                    second(loss)
+                if loss < synced:
+                    fifth(loss)
+                if rank == 0 and loss < best:
+                    best = loss
+                if loss < shared:
+                    shared = loss
+                    if rank == 0:
+                        print(shared)
+                if rank == 0 and loss < synced:
+                    synced = loss
+                synced = broadcast_value(synced)
+
+        def once(loss, rank):
+            limit = 1.0
+            if rank == 0:
+                limit = read_limit()
+            if loss > limit:
+                third(loss)
+            if rank == 0:
+                late = loss
+            if loss > 2.0:
+                fourth(loss)
+        """
+    )
+    assert rank_guard(facts, _call(facts, "first(loss)").ctx) is not None  # around the loop
+    assert rank_guard(facts, _call(facts, "second(loss)").ctx) is None  # every rank updates it
+    assert rank_guard(facts, _call(facts, "third(loss)").ctx) is not None  # straight on
+    assert rank_guard(facts, _call(facts, "fourth(loss)").ctx) is None  # a constant: the same everywhere
+    # rank 0's update is overwritten on every rank before the next iteration
+    assert rank_guard(facts, _call(facts, "fifth(loss)").ctx) is None
+
+
 def test_a_parameter_holds_what_the_callers_in_the_file_pass():
     """``facts.callers``: a parameter read on its own is followed into every call of its
     function (and, for ``self.<attr>`` bound in ``__init__``, every construction of the

@@ -59,7 +59,8 @@ def reaching(bindings: List[Binding], use: Context, order: int) -> List[Binding]
     """Of ``bindings`` (one name, one function), those whose value the use at ``order``
     may see: earlier in evaluation order, not in an arm exclusive with the use, and not
     overwritten on every path by a later one; and those later in a loop that encloses the
-    use too (they reach it on the next iteration)."""
+    use too (they reach it on the next iteration), but for one overwritten on every path by
+    one after it in the loop."""
     found: List[Binding] = []
     use_loops = {id(loop.node) for loop in use.loops}
     later: List[Binding] = []
@@ -67,8 +68,11 @@ def reaching(bindings: List[Binding], use: Context, order: int) -> List[Binding]
         if exclusive(binding.ctx, use):
             continue
         if binding.order >= order:
-            # later in a loop that also encloses the use: it reaches the next iteration
-            if any(id(loop.node) in use_loops for loop in binding.ctx.loops):
+            # later in a loop that also encloses the use: it reaches the next iteration,
+            # unless a binding after it in the iteration runs whenever it does (``best =
+            # box[0]`` after ``if rank == 0: best = loss``)
+            if any(id(loop.node) in use_loops for loop in binding.ctx.loops) \
+                    and not any(on_every_path(kept, binding.ctx) for kept in later):
                 later.append(binding)
             continue
         found.append(binding)

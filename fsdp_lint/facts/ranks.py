@@ -215,6 +215,9 @@ def one_rank_branch(test: cst.BaseExpression, facts: Optional[ModuleFacts] = Non
             answer = _compare(test, lambda e: _is_rank_value(e) or _rank_valued(facts, e, ctx, order))
         if answer is not None and facts is not None and ctx is not None and _text_against_number(facts, test, ctx, order):
             return None  # ``os.environ["RANK"] == 0``: a string never equals a number; no rank runs it
+        if answer is None and facts is not None and ctx is not None and _compares_a_value_one_rank_updates(
+                facts, test, ctx, order):
+            return "body"
         if answer is None and facts is not None and ctx is not None and len(test.comparisons) == 1:
             target = test.comparisons[0]
             if isinstance(target.operator, (cst.Is, cst.IsNot)) and _is_none(target.comparator) \
@@ -308,6 +311,32 @@ def set_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int, found: O
                 return False
             made = made or answer
         return made
+    finally:
+        busy.discard(key)
+
+
+def _compares_a_value_one_rank_updates(facts: ModuleFacts, test: cst.Comparison, ctx: Context, order: int) -> bool:
+    """A side of the comparison is a name that reaches it both as a value bound on every rank
+    and as one bound again only under a rank test (``best_val_loss = float("inf")``, then
+    in the loop ``if rank == 0 and loss < best_val_loss: best_val_loss = loss``): once
+    that rank has updated it, the ranks hold different values and take different branches,
+    so the body runs on some ranks only (counted as the one-rank side: a collective there
+    hangs; one in the ``else`` is not reported)."""
+    busy = facts.cached("ranks_values_in_progress", lambda f: set())
+    key = ("compared", id(test))
+    if key in busy:
+        return False  # (the update's own rank test compares the value: ``rank == 0 and loss < best``)
+    busy.add(key)
+    try:
+        for side in (test.left, *(target.comparator for target in test.comparisons)):
+            dotted = dotted_name(side)
+            if dotted is None:
+                continue
+            seen = lookup(facts, dotted, ctx, order)
+            guarded = [b.kind == "assign" and rank_guard(facts, b.ctx) is not None for b in seen.bindings]
+            if any(guarded) and not all(guarded):
+                return True
+        return False
     finally:
         busy.discard(key)
 

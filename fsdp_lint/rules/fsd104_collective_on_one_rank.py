@@ -62,7 +62,11 @@ function of this file returning one (a property or method of the file's own clas
 block after `if rank != 0: return`,
 functions decorated with `@rank_zero_only` / `@accelerator.on_main_process`, and a test of a
 value that exists on one rank only (`evaluator = build() if rank == 0 else None`, then `if
-evaluator is not None:`). A parameter read on its own holds what its function's callers pass:
+evaluator is not None:`), or a comparison with a value every rank binds and one rank binds
+again (`best_val_loss = float("inf")`, then, in the epoch loop, `if rank == 0 and loss <
+best_val_loss: best_val_loss = loss`): after that rank's update the ranks hold different
+values, so `if loss < best_val_loss:` sends them down different branches, and its body counts
+as the one-rank side. A parameter read on its own holds what its function's callers pass:
 where every call of the function (in this file, or in another file of the project, read
 through two levels of importing files) passes a rank test (`save(model, is_main=rank == 0)`) or a value made on one rank, a test of the
 parameter is a rank test too; so is a test of `self.eval_fn` where `__init__` stores its
@@ -225,6 +229,10 @@ move out of the rank test.
   conditional expression is tied to the `if` that wraps where both tests are read: in
   `raw = model.module if ddp else model` after `if ddp: model = FSDP(model)`, the `else`
   arm's `model` is the plain one.
+- A comparison with a value one rank updates makes only its body the one-rank side: a
+  collective in its `else` is not flagged, though there too only some ranks call it. A value
+  one rank updates and then sends to the others (`best = broadcast(best)`, bound on every
+  rank after the update) is the same everywhere and no rank test.
 - Two branches count as exclusive only where their `if` tests are read (`facts.conditions`:
   names bound once, comparisons with literals); a flag whose value the file does not show
   keeps both branches possible.
