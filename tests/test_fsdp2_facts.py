@@ -205,3 +205,37 @@ def test_a_state_dict_call_ends_the_region_it_reshards():
     )
     (region,) = unshard_regions(facts)
     assert [_code(facts, e.node) for e in region.edits] == ["model.fc.weight.zero_()"]
+
+
+def test_the_modules_whose_weights_a_sharded_module_holds():
+    """``submodules.weight_holders``: what ``fully_shard`` is given is part of the modules
+    it is read from, through attributes, loops, ``getattr`` and names bound in branches
+    (``None`` left out); a name also bound to something else is only itself."""
+    from fsdp_lint.facts.submodules import weight_holders
+
+    facts = _facts(
+        """
+        def shard(model, other, cfg):
+            layers = None
+            if hasattr(model.model, "language_model"):
+                layers = model.model.language_model.layers
+            elif hasattr(model.model, "layers"):
+                layers = model.model.layers
+            for block in layers:
+                fully_shard(block, **cfg)
+            visual = getattr(getattr(model, "model", None), "visual", None)
+            fully_shard([visual.patch_embed, visual.rotary_pos_emb], **cfg)
+            for i, layer in enumerate(model.blocks):
+                fully_shard(layer, **cfg)
+            mixed = model.head if cfg.tie else other.head
+            fully_shard(mixed, **cfg)
+            fully_shard(model.lm_head, **cfg)
+        """
+    )
+    wraps = [s for s in facts.calls if s.attr == "fully_shard"]
+    held = [weight_holders(facts, s.node.args[0].value, s.ctx, s.order) for s in wraps]
+    assert held[0] == ["block", "layers", "model.model", "model"]
+    assert held[1] == ["visual", "model"]
+    assert held[2] == ["layer", "model"]
+    assert held[3] == ["mixed"]  # a conditional expression: parts of two modules
+    assert held[4] == ["model.lm_head", "model"]

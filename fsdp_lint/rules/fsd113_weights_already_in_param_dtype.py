@@ -11,7 +11,7 @@ from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.optimizers import may_train_parameters_of
-from fsdp_lint.facts.imports import dotted_name
+from fsdp_lint.facts.submodules import weight_holders
 from fsdp_lint.facts.values import UNKNOWN, first_positional, keyword_args
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
@@ -45,7 +45,11 @@ with what every call of the helper passes, in the file and in the other files of
 over what is read from the cast model (`for layer in model.model.layers:`, `for block in
 find_blocks(model):`), or a submodule of it sharded by attribute or index
 (`fully_shard(model.transformer.h[i], ...)`), holds the cast weights too and is reported as
-well.
+well; so is a part of it found at run time (`getattr(getattr(model, "model", None),
+"visual", None)`), a list of such parts (`fully_shard([visual.patch_embed,
+visual.rotary_pos_emb], ...)`), or a name every non-`None` value of which is one (`layers =
+model.model.language_model.layers` in one branch, `model.model.layers` in the other:
+`submodules.weight_holders`).
 
 ## Why is this bad?
 FSDP2's mixed precision keeps the sharded parameters in their own dtype and casts to
@@ -142,64 +146,11 @@ def _wrapped_expr(call: cst.Call):
     return arg.value if arg is not None else None
 
 
-def _modules_of(facts: ModuleFacts, wrap) -> List[str]:
-    """The modules whose weights the wrapped one holds, the closest first: a cast of any
-    of them cast it.  ``model.transformer.h`` and ``model`` for ``fully_shard(
-    model.transformer.h[i], ...)`` or ``fully_shard(model.transformer.h, ...)`` (a
-    submodule's weights are its parent's), the loop's source for a loop variable
-    (``_module_of``)."""
-    if wrap.wrapped is not None and "." not in wrap.wrapped:
-        return [_module_of(facts, wrap, wrap.wrapped)]
-    expr = _wrapped_expr(wrap.site.node)
-    found: List[str] = []
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        name = dotted_name(expr)
-        if name is not None:
-            found.append(name)
-        expr = expr.value
-    if isinstance(expr, cst.Name):
-        found.append(_module_of(facts, wrap, expr.value))
-    return found
-
-
-def _module_of(facts: ModuleFacts, wrap, name: str) -> str:
-    """The module whose weights ``name`` holds where ``wrap`` shards it: ``model`` for
-    ``for layer in model.model.layers: fully_shard(layer, ...)`` or ``for block in
-    find_blocks(model):`` (a loop over what is read from one module: a cast of ``model``
-    cast its layers too), else ``name`` itself."""
-    for loop in reversed(wrap.site.ctx.loops):
-        node = loop.node
-        if not isinstance(node, cst.For):
-            continue
-        targets = node.target.elements if isinstance(node.target, cst.Tuple) else [node.target]
-        if not any(isinstance(t, cst.Element) and isinstance(t.value, cst.Name) and t.value.value == name
-                   or isinstance(t, cst.Name) and t.value == name for t in targets):
-            continue
-        read = {n.value for n in _names_read(node.iter)}
-        if len(read) == 1:
-            return read.pop()
-    return name
-
-
-def _names_read(expr):
-    """The bare names whose values ``expr`` reads (not the functions it calls, not attribute
-    names): ``model`` in ``enumerate(model.model.layers)`` and in ``find_blocks(model)``."""
-    if isinstance(expr, cst.Name):
-        yield expr
-    elif isinstance(expr, cst.Attribute):
-        yield from _names_read(expr.value)
-    elif isinstance(expr, cst.Subscript):
-        yield from _names_read(expr.value)
-    elif isinstance(expr, cst.Call):
-        if isinstance(expr.func, cst.Attribute):
-            yield from _names_read(expr.func.value)
-        for arg in expr.args:
-            yield from _names_read(arg.value)
-
-
 def _cast_before(facts: ModuleFacts, wrap, dtype):
-    """(module, evidence) for the first of ``_modules_of`` in ``dtype`` at the wrap."""
-    for module in _modules_of(facts, wrap):
+    """(module, evidence) for the first module whose weights the wrapped one holds
+    (``submodules.weight_holders``: itself, the module it is read from, a loop's source)
+    in ``dtype`` at the wrap."""
+    for module in weight_holders(facts, _wrapped_expr(wrap.site.node), wrap.site.ctx, wrap.site.order):
         evidence = module_in_dtype(facts, module, wrap.site.ctx, wrap.site.order, dtype)
         if evidence is not None:
             return module, evidence
