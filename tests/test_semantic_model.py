@@ -1437,3 +1437,48 @@ def test_a_variable_holding_the_process_rank_makes_a_rank_test(binding, expected
         """
     )
     assert (rank_guard(facts, _call(facts, "use(model)").ctx) is not None) is expected  # one rank runs it
+
+
+def test_a_method_called_through_self_or_super_binds_where_the_call_returns():
+    """``scopes._attribute_bindings``: another method's binding of ``self.<attr>`` reaches a
+    use of a method that calls that method (``self.load()``, or ``super().setup()`` whose
+    base calls ``self.load()``) only after the call; a method that calls none of them sees
+    it as possibly bound before.  An overridden base method called as ``super().m()`` binds
+    for the subclass too (``scopes._inherited_methods``)."""
+    from fsdp_lint.facts.scopes import lookup
+
+    facts = _facts(
+        """
+        class Base:
+            def load(self):
+                self.model = build()
+
+            def setup(self):
+                self.load()
+
+            def run(self):
+                before(self.model)
+                self.load()
+                after(self.model)
+
+            def other(self):
+                anywhere(self.model)
+
+
+        class Child(Base):
+            def setup(self):
+                early(self.model)
+                super().setup()
+                late(self.model)
+        """
+    )
+
+    def seen(text):
+        site = _call(facts, text)
+        return [facts.module.code_for_node(b.value) for b in lookup(facts, "self.model", site.ctx, site.order).bindings]
+
+    assert seen("before(self.model)") == []
+    assert seen("after(self.model)") == ["build()"]
+    assert seen("anywhere(self.model)") == ["build()"]
+    assert seen("early(self.model)") == []
+    assert seen("late(self.model)") == ["build()"]

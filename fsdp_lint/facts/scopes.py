@@ -18,7 +18,7 @@ A function parameter has no binding here: its value comes from the caller (``Sco
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from fsdp_lint.lazy_libcst import cst
 
@@ -99,12 +99,15 @@ def latest_binding(facts: ModuleFacts, dotted: str, ctx: Context, order: int, pl
 
 def _inherited_methods(facts: ModuleFacts, class_def) -> Dict[int, object]:
     """The methods of ``class_def``'s base classes in this file (by name, through bases of
-    bases) that it inherits, not overrides: id of the ``def`` -> the base class defining it.
-    ``self.policy.v_head = FSDP(...)`` in ``BasicTrainer.shard`` binds the attribute for a
-    ``PPOTrainer(BasicTrainer)`` that does not define its own ``shard``."""
+    bases) that it inherits, not overrides, or overrides and calls as ``super().name(...)``:
+    id of the ``def`` -> the base class defining it.  ``self.policy.v_head = FSDP(...)`` in
+    ``BasicTrainer.shard`` binds the attribute for a ``PPOTrainer(BasicTrainer)`` that does
+    not define its own ``shard``, or whose ``shard`` begins with ``super().shard()``."""
     def compute(facts: ModuleFacts) -> Dict[int, object]:
         found: Dict[int, object] = {}
-        defined = {info.name for infos in facts.functions.values() for info in infos if info.class_def is class_def}
+        extended = _super_calls(facts, class_def)
+        defined = {info.name for infos in facts.functions.values() for info in infos
+                   if info.class_def is class_def and info.name not in extended}
         pending, seen = [class_def], {id(class_def)}
         while pending:
             current = pending.pop(0)
@@ -118,9 +121,24 @@ def _inherited_methods(facts: ModuleFacts, class_def) -> Dict[int, object]:
                     for info in infos:
                         if info.class_def is parent and info.name not in defined:
                             found[id(info.node)] = parent
-                defined |= {info.name for infos in facts.functions.values() for info in infos if info.class_def is parent}
+                extended = _super_calls(facts, parent)  # (a chain of ``super()`` calls)
+                defined |= {info.name for infos in facts.functions.values() for info in infos
+                            if info.class_def is parent and info.name not in extended}
         return found
     return facts.cached(("inherited_methods", id(class_def)), compute)
+
+
+def _super_calls(facts: ModuleFacts, class_def) -> Set[str]:
+    """The methods ``class_def``'s own methods call on ``super()`` (``super().prepare()``,
+    ``super(Trainer, self).prepare()``): what the base class's method does then happens
+    to the instance too."""
+    found: Set[str] = set()
+    for site in facts.calls:
+        func = site.node.func
+        if site.ctx.class_def is class_def and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) \
+                and _self_or_super_method(func) is not None:
+            found.add(func.attr.value)
+    return found
 
 
 def methods_of(facts: ModuleFacts, class_def, name: str) -> List[FunctionInfo]:
@@ -174,11 +192,62 @@ def _attribute_bindings(facts: ModuleFacts, bindings: List[Binding], ctx: Contex
             continue
         places = runs_in(facts, binding.ctx, ctx.function)
         if places is None:
+            places = _method_called_at(facts, binding.ctx, ctx)
+        if places is None:
             if not class_flags_contradict(binding.ctx, ctx):  # ``if self.is_fsdp:`` in both
                 found.append(binding)  # another method: it may have run before
         elif any(done < order and not exclusive(place, ctx) for place, done in places):
             found.append(binding)
     return found
+
+
+def _method_called_at(facts: ModuleFacts, where: Context, use: Context) -> Optional[List[Tuple[Context, int]]]:
+    """Where the method holding ``where`` runs in the use's method, when that method calls it
+    itself or through methods of the file that do (``self.shard()``, ``super().prepare()``
+    whose body calls ``self.shard()``): the places (context, order when it has returned)
+    of those calls, so code of the method counts before the use only where a call returns
+    before it.  None when the use's method calls none of them (the method may have run
+    before, called from elsewhere)."""
+    method = where.function
+    info = function_info(facts, method) if method is not None else None
+    if info is None or info.class_def is None or info.parent is not None or use.function is None:
+        return None
+    names, callers = {info.name}, _self_calls(facts)
+    for _ in range(MAX_METHOD_DEPTH):  # the methods that call one of them, and so on
+        more = {caller for caller, called in callers.items() if called & names} - names
+        if not more:
+            break
+        names |= more
+    places = [(site.ctx, site.done) for site in facts.calls
+              if site.ctx.function is use.function and _self_or_super_method(site.node.func) in names]
+    return places or None
+
+
+MAX_METHOD_DEPTH = 3
+
+
+def _self_calls(facts: ModuleFacts) -> Dict[str, Set[str]]:
+    """Method name -> the names it calls as ``self.m(...)`` or ``super().m(...)``."""
+    def compute(facts: ModuleFacts) -> Dict[str, Set[str]]:
+        found: Dict[str, Set[str]] = {}
+        for site in facts.calls:
+            called = _self_or_super_method(site.node.func)
+            if called is not None and site.ctx.function is not None and site.ctx.class_def is not None:
+                found.setdefault(site.ctx.function.name.value, set()).add(called)
+        return found
+    return facts.cached("self_calls", compute)
+
+
+def _self_or_super_method(func) -> Optional[str]:
+    """``m`` of ``self.m`` or ``super().m`` / ``super(Cls, self).m``."""
+    if not isinstance(func, cst.Attribute):
+        return None
+    receiver = func.value
+    if isinstance(receiver, cst.Name) and receiver.value == "self":
+        return func.attr.value
+    if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value == "super":
+        return func.attr.value
+    return None
 
 
 def _in_every_sharded_run(ctx: Context) -> bool:

@@ -22,7 +22,11 @@ class DeepcopyOfShardedModel(Rule):
 Checks for `copy.deepcopy(model)` (any import alias) where every construction `model` may
 come from is an FSDP wrap (`FullyShardedDataParallel(...)`, FSDP2 `fully_shard(...)`, a
 helper of the file that shards it) that ran before the copy: the usual way to make an EMA
-or a frozen reference model, ported from single-GPU code.
+or a frozen reference model, ported from single-GPU code. For `self.model`, a wrap in
+another method of the class (or a base class of the file) counts before the copy where the
+copying method calls that method earlier (`self.shard()`, `super().prepare_model()`, also
+through methods they call), not where it calls it later; a method the copying method does
+not call may have run before.
 
 ## Why is this bad?
 Neither FSDP copies: FSDP2 raises `AssertionError: FSDP does not support deepcopy. Please
@@ -56,6 +60,8 @@ fully_shard(ema_model)
   helper of the file, a project helper its imports lead to, or the in-file callers of a
   function taking it as a parameter); a model wrapped where the file cannot see is not
   flagged.
+- A base class of another file that shards `self.model` in a method the subclass calls
+  (`super().prepare_model()`) is not read: the copy is not flagged.
 - A path to a plain module (a `torch.nn` module, a class of this file, `from_pretrained`)
   keeps it quiet, and so does a path to a value returned by a call the file cannot see
   into: every path must reach a wrap.
