@@ -154,8 +154,9 @@ def on_other_ranks_side(facts: ModuleFacts, site: CallSite) -> bool:
     return side is not None and side[1] == "others"
 
 
-def _balance_key(facts: ModuleFacts, site: CallSite) -> Optional[str]:
-    """What pairs a call with the same call on the other ranks' path: its qualified name, or
+def balance_key(facts: ModuleFacts, site: CallSite) -> Optional[str]:
+    """What pairs a call with the same call on the other ranks' path: its qualified name (a
+    helper's too: ``save_checkpoint`` in both arms of ``if is_main: ... else: ...``), or
     for the forward of a module ``model(x)``, ``forward:model``."""
     qualname = facts.qualname(site.node.func)
     if qualname:
@@ -176,7 +177,7 @@ def balanced(facts: ModuleFacts, site: CallSite, qualname: str) -> bool:
     pair earlier in the function does not balance a later one-rank call."""
     calls = []
     for other in facts.calls:
-        if other.ctx.function is not site.ctx.function or _balance_key(facts, other) != qualname:
+        if other.ctx.function is not site.ctx.function or balance_key(facts, other) != qualname:
             continue
         side = _rank_side(facts, other)
         if side is not None:

@@ -26,7 +26,8 @@ from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.collectives import (
-    DIST_COLLECTIVES, FORWARD_ADVICE, FRAMEWORK_GATHERS, GATHER_ADVICE, forward_gathers, gathers_full_state_dict,
+    DIST_COLLECTIVES, FORWARD_ADVICE, FRAMEWORK_GATHERS, GATHER_ADVICE, balance_key, balanced, forward_gathers,
+    gathers_full_state_dict,
     in_fsdp_program,
     may_forward_gather,
     not_sharded_here, on_other_ranks_side,
@@ -606,7 +607,8 @@ def applies(facts: ModuleFacts, helper: Helper, site: CallSite) -> bool:
 
 
 def collective_helper(facts: ModuleFacts, site: CallSite) -> Optional[Helper]:
-    """The helper ``site`` calls when it runs a collective on every call for what is passed.
+    """The helper ``site`` calls when it runs a collective on every call for what is passed
+    (not where the other ranks call the same helper on their side of the rank test).
     A ``torch.distributed`` collective that the calling function also calls on the other
     ranks' side of a rank test (the download idiom: ``if rank == 0: prepare()`` where
     ``prepare`` ends in a barrier, ``else: dist.barrier()``) may be balanced: left alone.
@@ -618,6 +620,9 @@ def collective_helper(facts: ModuleFacts, site: CallSite) -> Optional[Helper]:
         helper = _summarizer(facts).method_summary(site.ctx.class_def, method)
     if helper is None or not applies(facts, helper, site):
         return None
+    key = balance_key(facts, site)
+    if key is not None and balanced(facts, site, key):
+        return None  # the other ranks call the same helper on their side: the same collectives
     if helper.balanced_by and any(
         other.ctx.function is site.ctx.function and facts.qualname(other.node.func) == helper.balanced_by
         and on_other_ranks_side(facts, other)

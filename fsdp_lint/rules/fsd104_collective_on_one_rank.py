@@ -151,7 +151,10 @@ save_ckpt(model, path)` where `save_ckpt` calls `model.state_dict()` on an FSDP1
 `print(count_params(model))` where `count_params` enters `summon_full_params`; the message
 names the helper's file and line. A method called as `self.m(...)` from a method of its own
 class is such a helper too (`if self.is_main_process: self._save_training_state()`, where
-the method calls a checkpoint helper that gathers). A helper that gathers only on some path is not known to,
+the method calls a checkpoint helper that gathers). A call of the same helper on the other
+ranks' side of the rank test (`if is_node_leader: save_checkpoint(own_path, ...)` `else:
+save_checkpoint(path, ...)`) balances it, pair by pair as for barriers: every rank runs the
+helper's collectives. A helper that gathers only on some path is not known to,
 and is left alone, except under a type test of the model it is passed: `if isinstance(model,
 FSDP):`, also through a predicate of the file (`def is_fsdp(m): return isinstance(m, FSDP)`,
 then `if is_fsdp(model):`), gathers whenever the caller passes an FSDP module.
