@@ -1062,7 +1062,8 @@ def test_a_comparison_with_a_value_one_rank_updates_is_a_rank_test():
     """``ranks._compares_a_value_one_rank_updates``: a name that reaches the test both as
     a value every rank binds and as one rank 0 binds again (also around a loop) makes the
     ranks take different branches; a value every rank updates, one every rank binds again
-    after the update (a broadcast), or one no rank updates before the test, does not."""
+    after the update (a broadcast's result) or a collective writes in place, or one no rank
+    updates before the test, does not."""
     from fsdp_lint.facts.ranks import rank_guard
 
     facts = _facts(
@@ -1089,6 +1090,16 @@ def test_a_comparison_with_a_value_one_rank_updates_is_a_rank_test():
                     synced = loss
                 synced = broadcast_value(synced)
 
+        import torch.distributed as dist
+
+        def synced_in_place(loss, rank):
+            best = torch.zeros(1)
+            if rank == 0:
+                best = loss.clone()
+            dist.broadcast(best, src=0)
+            if loss > best:
+                sixth(loss)
+
         def once(loss, rank):
             limit = 1.0
             if rank == 0:
@@ -1107,6 +1118,8 @@ def test_a_comparison_with_a_value_one_rank_updates_is_a_rank_test():
     assert rank_guard(facts, _call(facts, "fourth(loss)").ctx) is None  # a constant: the same everywhere
     # rank 0's update is overwritten on every rank before the next iteration
     assert rank_guard(facts, _call(facts, "fifth(loss)").ctx) is None
+    # a collective writes rank 0's value into every rank's tensor
+    assert rank_guard(facts, _call(facts, "sixth(loss)").ctx) is None
 
 
 def test_a_parameter_holds_what_the_callers_in_the_file_pass():

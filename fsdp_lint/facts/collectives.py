@@ -37,13 +37,7 @@ from fsdp_lint.facts.summon import summon_ids, summons_entering
 from fsdp_lint.facts.values import first_positional
 from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS, sharded_norm, sharded_parameter
 
-DIST_COLLECTIVES = frozenset(
-    {
-        "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
-        "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
-        "all_to_all", "all_to_all_single", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
-    }
-)
+DIST_COLLECTIVES = torch_api.DIST_COLLECTIVES
 # torchtune 0.6.1 training/_distributed.py: full_tensor() and a barrier per parameter
 # (l. 342-386), the optimizer state likewise (l. 388-409): every rank must call them.
 LIBRARY_GATHERS = frozenset(

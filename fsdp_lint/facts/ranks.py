@@ -33,6 +33,7 @@ from typing import Optional
 
 from fsdp_lint.lazy_libcst import cst
 
+from fsdp_lint.facts import torch_api
 from fsdp_lint.facts.callers import passed_for
 from fsdp_lint.facts.dataflow import Sources, calls_of, sources
 from fsdp_lint.facts.imports import dotted_name
@@ -330,7 +331,7 @@ def _compares_a_value_one_rank_updates(facts: ModuleFacts, test: cst.Comparison,
     try:
         for side in (test.left, *(target.comparator for target in test.comparisons)):
             dotted = dotted_name(side)
-            if dotted is None:
+            if dotted is None or _synced_by_a_collective(facts, dotted, ctx):
                 continue
             seen = lookup(facts, dotted, ctx, order)
             guarded = [b.kind == "assign" and rank_guard(facts, b.ctx) is not None for b in seen.bindings]
@@ -339,6 +340,33 @@ def _compares_a_value_one_rank_updates(facts: ModuleFacts, test: cst.Comparison,
         return False
     finally:
         busy.discard(key)
+
+
+def _synced_by_a_collective(facts: ModuleFacts, dotted: str, ctx: Context) -> bool:
+    """The function hands ``dotted`` to a ``torch.distributed`` collective outside any rank
+    test (``dist.broadcast(stop, src=0)``, ``dist.all_reduce(best, op=MIN)``,
+    ``dist.broadcast_object_list([best])``): it writes the group's value into it, so what
+    one rank set is everyone's again."""
+    for site in facts.calls:
+        if site.ctx.function is not ctx.function:
+            continue
+        qualname = facts.qualname(site.node.func) or ""
+        if not qualname.startswith("torch.distributed.") or qualname.rsplit(".", 1)[-1] not in torch_api.DIST_COLLECTIVES:
+            continue
+        if any(dotted_name(n) == dotted for arg in site.node.args for n in _expressions(arg.value)) \
+                and rank_guard(facts, site.ctx) is None:
+            return True
+    return False
+
+
+def _expressions(node):
+    """``node`` and the expressions inside it (a list display's elements)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        yield item
+        if isinstance(item, (cst.List, cst.Tuple)):
+            stack.extend(e.value for e in item.elements if isinstance(e, cst.Element))
 
 
 def _bound_on_one_rank(facts: ModuleFacts, expr, ctx: Context, order: int) -> bool:

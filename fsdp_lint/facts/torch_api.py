@@ -155,3 +155,15 @@ SUMMON_CONTEXT_LIBRARIES = frozenset({"torch", "fairscale", "fairseq", "metaseq"
 
 def is_summon_qualname(qualname):
     return qualname is not None and any(qualname == f"{cls}.{SUMMON}" for cls in FSDP_CLASS)
+
+
+# ``torch.distributed``'s collectives by name (``torch.distributed.<name>``): every rank of
+# the group must make them (``collectives``), and those handed a tensor or list write the
+# group's value into it in place (``ranks``: a value they sync is the same on every rank)
+DIST_COLLECTIVES = frozenset(
+    {
+        "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+        "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
+        "all_to_all", "all_to_all_single", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
+    }
+)

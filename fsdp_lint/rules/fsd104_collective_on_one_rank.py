@@ -235,7 +235,9 @@ move out of the rank test.
 - A comparison with a value one rank updates makes only its body the one-rank side: a
   collective in its `else` is not flagged, though there too only some ranks call it. A value
   one rank updates and then sends to the others (`best = broadcast(best)`, bound on every
-  rank after the update) is the same everywhere and no rank test.
+  rank after the update, or `dist.broadcast(best, src=0)` / `dist.all_reduce(best)` outside
+  any rank test in the same function, which write it in place) is the same everywhere and no
+  rank test.
 - Two branches count as exclusive only where their `if` tests are read (`facts.conditions`:
   names bound once, comparisons with literals); a flag whose value the file does not show
   keeps both branches possible.
