@@ -1495,3 +1495,40 @@ def test_a_method_called_through_self_or_super_binds_where_the_call_returns():
     assert seen("anywhere(self.model)") == ["build()"]
     assert seen("early(self.model)") == []
     assert seen("late(self.model)") == ["build()"]
+
+
+def test_a_binding_in_both_arms_of_an_if_hides_the_ones_before():
+    """``flow.reaching``: an ``if`` whose body and ``else`` both bind the name, each on every
+    path of its arm, leaves no earlier binding to the use; one arm alone, an ``elif`` chain,
+    or an arm that leaves early does not."""
+    from fsdp_lint.facts.scopes import lookup
+
+    facts = _facts(
+        """
+        def f(flag, other):
+            x = build()
+            if flag:
+                x = first()
+            else:
+                x = second()
+            both(x)
+            y = build()
+            if flag:
+                y = first()
+            one(y)
+            z = build()
+            if flag:
+                z = first()
+            elif other:
+                z = second()
+            chain(z)
+        """
+    )
+
+    def seen(text, name):
+        site = _call(facts, text)
+        return sorted(facts.module.code_for_node(b.value) for b in lookup(facts, name, site.ctx, site.order).bindings)
+
+    assert seen("both(x)", "x") == ["first()", "second()"]
+    assert seen("one(y)", "y") == ["build()", "first()"]
+    assert seen("chain(z)", "z") == ["build()", "first()", "second()"]

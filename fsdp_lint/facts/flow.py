@@ -76,6 +76,25 @@ def reaching(bindings: List[Binding], use: Context, order: int) -> List[Binding]
                 later.append(binding)
             continue
         found.append(binding)
-        if on_every_path(binding, use):
+        if on_every_path(binding, use) or _both_arms_bind(found, use):
             break
     return found + later
+
+
+def _both_arms_bind(found: List[Binding], use: Context) -> bool:
+    """Two of ``found`` stand in the body and the ``else`` of one ``if`` around neither the
+    use nor anything else, each on every path of its arm (``if fp32_master: fully_shard(model,
+    mp_policy=...)`` / ``else: fully_shard(model)``): every path binds again, so nothing
+    earlier reaches the use."""
+    use_arms = {(id(g.node), g.branch) for g in use.guards}
+    use_loops = {id(loop.node) for loop in use.loops}
+    arms = {}
+    for binding in found:
+        extra = [g for g in binding.ctx.guards if (id(g.node), g.branch) not in use_arms]
+        if len(extra) != 1 or not all(id(loop.node) in use_loops for loop in binding.ctx.loops):
+            continue
+        guard = extra[0]
+        if guard.after_exit or guard.leaves_loop:
+            continue
+        arms.setdefault(id(guard.node), set()).add(guard.branch)
+    return any(branches >= {"body", "orelse"} for branches in arms.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fsdp_lint.facts.dtypes import LOW_PRECISION
+from fsdp_lint.facts.flow import exclusive
 from fsdp_lint.facts.fsdp_modules import fsdp_modules
 from fsdp_lint.facts.mixed_precision import mp_policy
 from fsdp_lint.facts.param_writes import bound_from, under
@@ -25,7 +26,9 @@ other low-precision dtype) after, in the same function, `fully_shard` sharded a 
 of `model` (`for layer in model.layers`, `enumerate(model.blocks)`, `model.encoder`) with
 `MixedPrecisionPolicy(param_dtype=torch.bfloat16)` or `torch.float16`. A root policy given
 explicitly with `param_dtype=torch.float32` or none is taken as a choice and left alone;
-so is a policy that cannot be read (a parameter, an unreadable `**kwargs`).
+so is a policy that cannot be read (a parameter, an unreadable `**kwargs`). A submodule
+sharded in the other arm of the `if` that shards the root (`if fp32_master: ... mp_policy=...`
+/ `else:` without one) never runs with it and does not count.
 
 ## Why is this bad?
 Each `fully_shard` group casts only its own parameters (`FSDPParam.init_dtype_attrs`
@@ -98,6 +101,7 @@ root an explicit `MixedPrecisionPolicy(param_dtype=torch.float32)` or suppress w
                 if (
                     layer is root or layer.wrapped == root.wrapped
                     or layer.site.ctx.function is not root.site.ctx.function or layer.site.order > root.site.order
+                    or exclusive(layer.site.ctx, root.site.ctx)  # ``if fp32_master: ...`` / ``else: ...``
                     or not under(layer.wrapped, reaching)
                 ):
                     continue
