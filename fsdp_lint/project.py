@@ -414,7 +414,9 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set, set]]:
                             or (last in _FRAMEWORK_CALLS and frameworks and framework_call(func)):
                         found.add(name)
                 elif last in _WITH_FSDP_ONLY:
-                    if shows_fsdp and framework_call(func):  # ``framework_collective``: where the file shows FSDP
+                    # a framework's (``framework_collective``) where the file shows FSDP; a
+                    # function of that name is torch's (``get_state_dict(model, optimizer)``)
+                    if shows_fsdp or not framework_call(func):
                         found.add(name)
                 elif last in _FRAMEWORK_ONLY:
                     if frameworks and framework_call(func):
