@@ -360,18 +360,18 @@ def _candidates(text: str) -> Optional[Tuple[ast.Module, set, set]]:
     tree = _ast_of(text)
     if tree is None:
         return None
-    distributed = _distributed_callee(text)
+    bindings = dict(_import_bindings(text))
+    distributed = _distributed_callee(text, bindings)
     # a framework's call (``accelerator.reduce``) is a method whose callee no import names
     # (``frameworks.framework_collective``): not ``functools.reduce`` or ``torch.gather``
     frameworks = _NAMES_A_FRAMEWORK.search(text) is not None
-    framework_call = _framework_callee(text)
+    framework_call = _framework_callee(bindings)
     shows_fsdp = "fsdp" in text.lower()
     fsdp1 = "FullyShardedDataParallel" in text  # a helper may return an FSDP1 wrap (``Helper.wraps``)
     wraps_here = fsdp1 or "fully_shard" in text  # a module of the file may be sharded
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     calls: Dict[str, set] = {}
     found = set()
-    bindings = dict(_import_bindings(text))
     # another function's code (a branch, loop or handler is looked into: the summary's own
     # walk decides what runs on every call, ``helpers._always_reached``)
     skipped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -452,51 +452,61 @@ def _with_what_they_name(tree: ast.Module, found) -> set:
     return kept
 
 
-def _distributed_callee(text: str):
+def _callee_parts(func: ast.expr) -> Optional[List[str]]:
+    """The dotted parts of a call's callee (``dist.all_reduce``: ["dist", "all_reduce"]);
+    None where its root is not a name (``make_accelerator().reduce``)."""
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    parts.append(func.id)
+    parts.reverse()
+    return parts
+
+
+def _bound_prefix(parts: List[str], bindings: Dict[str, str], longest: int) -> int:
+    """How many of ``parts``, at most ``longest``, form the longest prefix an import binds
+    (0: none)."""
+    for end in range(longest, 0, -1):
+        if ".".join(parts[:end]) in bindings:
+            return end
+    return 0
+
+
+def _distributed_callee(text: str, bindings: Dict[str, str]):
     """Whether a call's callee may be a ``torch.distributed`` function as the facts read it
     (``facts.imports``: a name the file imports, then attributes): its dotted name, read
-    through the file's import statements (``_import_bindings``), lies under
+    through the file's import statements (``bindings``: ``_import_bindings``), lies under
     ``torch.distributed``; ``functools.reduce``, ``torch.gather`` and ``tensor.scatter``
     do not.  A callee whose root no import binds may be one only where the file
     star-imports from torch (the wider answer: the facts read no star import)."""
-    bindings = dict(_import_bindings(text))
     starred = re.search(r"from\s+torch[\w.]*\s+import\s+\*", text) is not None
 
     def distributed(func: ast.expr) -> bool:
-        parts = []
-        while isinstance(func, ast.Attribute):
-            parts.append(func.attr)
-            func = func.value
-        if not isinstance(func, ast.Name):
+        parts = _callee_parts(func)
+        if parts is None:
             return False
-        parts.append(func.id)
-        parts.reverse()
-        for end in range(len(parts), 0, -1):
-            spec = bindings.get(".".join(parts[:end]))
-            if spec is not None:
-                return ".".join([spec, *parts[end:]]).startswith("torch.distributed.")
+        end = _bound_prefix(parts, bindings, len(parts))
+        if end:
+            return ".".join([bindings[".".join(parts[:end])], *parts[end:]]).startswith("torch.distributed.")
         return starred
     return distributed
 
 
-def _framework_callee(text: str):
+def _framework_callee(bindings: Dict[str, str]):
     """Whether a call may be a framework's method as ``frameworks.framework_collective``
-    reads it: an attribute call whose dotted callee no import of the file names (the facts
-    give it no qualified name), so its receiver decides (``framework_of``)."""
-    bindings = dict(_import_bindings(text))
-
+    reads it: an attribute call whose dotted callee no import of the file names
+    (``bindings``; the facts give it no qualified name), so its receiver decides
+    (``framework_of``)."""
     def framework_call(func: ast.expr) -> bool:
         if not isinstance(func, ast.Attribute):
             return False
-        parts = []
-        while isinstance(func, ast.Attribute):
-            parts.append(func.attr)
-            func = func.value
-        if not isinstance(func, ast.Name):
+        parts = _callee_parts(func)
+        if parts is None:
             return True  # ``make_accelerator().reduce``: a value, not a name an import binds
-        parts.append(func.id)
-        parts.reverse()
-        return not any(".".join(parts[:end]) in bindings for end in range(1, len(parts)))
+        return not _bound_prefix(parts, bindings, len(parts) - 1)
     return framework_call
 
 

@@ -331,11 +331,11 @@ def _compares_a_value_one_rank_updates(facts: ModuleFacts, test: cst.Comparison,
     try:
         for side in (test.left, *(target.comparator for target in test.comparisons)):
             dotted = dotted_name(side)
-            if dotted is None or _synced_by_a_collective(facts, dotted, ctx):
+            if dotted is None:
                 continue
             seen = lookup(facts, dotted, ctx, order)
             guarded = [b.kind == "assign" and rank_guard(facts, b.ctx) is not None for b in seen.bindings]
-            if any(guarded) and not all(guarded):
+            if any(guarded) and not all(guarded) and not _synced_by_a_collective(facts, dotted, ctx):
                 return True
         return False
     finally:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import List
-
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts.dtypes import LOW_PRECISION, MAX_CALLERS_DEPTH, module_in_dtype
