@@ -5,12 +5,13 @@ from __future__ import annotations
 from fsdp_lint.lazy_libcst import cst
 
 from fsdp_lint.facts import torch_api
+from fsdp_lint.facts.dtensors import GATHERS as DTENSOR_GATHERS
 from fsdp_lint.facts.fsdp_modules import fully_sharded, wrap_line
 from fsdp_lint.facts.model import ModuleFacts
 from fsdp_lint.facts.ranks import rank_guard
 from fsdp_lint.facts.scopes import latest_binding
 from fsdp_lint.facts.values import first_positional
-from fsdp_lint.facts.walk import descendants
+from fsdp_lint.facts.walk import descendants, push_children
 from fsdp_lint.rules.base import FIX_NEVER, Rule
 
 
@@ -67,7 +68,9 @@ Or save a sharded checkpoint on every rank with `torch.distributed.checkpoint.sa
 - The save must be under a rank test that `facts.ranks` recognises (see FSD104); a save on
   one rank decided by something the file does not show as a rank test is not flagged.
 - The `state_dict()` must be in the saved object or in a name bound to it in the same
-  function (two levels); a state dict built by a helper is not followed.
+  function (two levels); a state dict built by a helper is not followed. One a comprehension
+  gathers (`{k: v.full_tensor() for k, v in sd.items()}`) holds full tensors and is not
+  flagged.
 - The module must reach a `fully_shard` the file shows, as in FSD109; a model sharded where
   the file cannot see is not flagged.
 
@@ -105,8 +108,10 @@ No automatic fix: the full state dict must be gathered on every rank before the 
 
 
 def _state_dict_calls(facts: ModuleFacts, expr, site, depth: int = 0):
-    """``X.state_dict()`` calls in ``expr``, and in the values last bound to the names in it."""
-    for node in descendants(expr):
+    """``X.state_dict()`` calls in ``expr``, and in the values last bound to the names in it;
+    not those a comprehension gathers (``{k: v.full_tensor() for k, v in sd.items()}``: full
+    tensors, not this rank's shards)."""
+    for node in _ungathered(expr):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict" \
                 and not node.args:
             yield node
@@ -114,3 +119,19 @@ def _state_dict_calls(facts: ModuleFacts, expr, site, depth: int = 0):
             latest = latest_binding(facts, node.value, site.ctx, site.order)
             if latest is not None and latest.ctx.function is site.ctx.function:
                 yield from _state_dict_calls(facts, latest.value, site, depth + 1)
+
+
+def _ungathered(expr):
+    """``expr`` and the nodes below it (``walk.descendants``), but not what a comprehension
+    iterates over when its element gathers a DTensor (``dtensors.GATHERS``: ``full_tensor()``,
+    ``redistribute(...)``)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (cst.DictComp, cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            element = (node.key, node.value) if isinstance(node, cst.DictComp) else (node.elt,)
+            if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in DTENSOR_GATHERS
+                   for part in element for n in descendants(part)):
+                continue
+        push_children(node, stack)
